@@ -1,0 +1,48 @@
+// Package prefixindex turns routing text into chained chunk hashes and keeps a
+// bounded index from those hashes to the upstreams believed to hold each
+// prefix in their KV cache.
+//
+// # Hashes
+//
+// A Chunker cuts routing text into fixed-size chunks and hashes them with
+// one-shot xxh3 calls, each seeded with the previous hash, so hash i names
+// the whole prefix up to chunk i. The chain starts at a Seed of the model,
+// the engine's cache_salt and a tenant key, so that requests that must not
+// share a cache never share a hash. The scheme is a wire format, pinned by
+// a golden test.
+//
+// # Index
+//
+// An Index maps a chunk hash to at most MaxOwners upstream IDs, most recent
+// first. For a request's hashes, Depths tells each candidate upstream how many
+// leading chunks it is believed to hold; Record makes the chosen upstream an
+// owner of all of them. The index is split into shards by hash, each with its
+// own lock, its own least-recently-used list and its own share of
+// Config.MaxEntries. A request takes each shard's lock once for all its hashes
+// in that shard (they are grouped by shard first, in pooled scratch memory),
+// never once per hash.
+//
+// Only Record refreshes recency. Within a shard, Record refreshes the deepest
+// hashes first, so a prompt's shallow prefix, needed by every deeper match,
+// outlives its tail.
+//
+// # Memory
+//
+// An entry is 24 bytes (hash, four 16-bit owners, two 32-bit LRU links) in a
+// flat array, plus one 8-byte slot in an open-addressed table kept at most 3/4
+// full; neither holds pointers, so the garbage collector never scans them.
+// Arrays grow by doubling as entries arrive, up to the bound. With
+// C = MaxEntries/Shards entries per shard and its slot table of
+// S(C) = the least power of two >= 4C/3 slots (< 8C/3 + 1), a shard holds at
+// most 24(C+1) bytes of entries (plus under 8 KiB of allocator rounding),
+// 8 S(C) bytes of slots and 128 bytes of its own, so:
+//
+//	Stats().Bytes <= 46*MaxEntries + 8.5 KiB*Shards + 17 KiB + sum over interned names of (len(name) + 64)
+//
+// A full index costs between 35 and 46 bytes per entry depending on where C
+// falls between powers of two; the default (1<<20 entries, 16 shards) costs
+// 40.1 bytes per entry, 40 MiB in all. Stats().Bytes is what the index
+// holds; tests check it against the heap. Not counted: the transient scratch
+// of requests in flight (20 bytes per hash of the request, pooled) and the
+// old array while one doubles.
+package prefixindex

@@ -1,0 +1,428 @@
+package prefixindex
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Index defaults and limits.
+const (
+	// DefaultMaxEntries bounds the entries of an index. A replica's KV cache
+	// of ~500k tokens holds ~2 MB of text, ~8k chunks of 256 bytes, so 1M
+	// entries cover ~128 such replicas, or fewer replicas with hot prefixes
+	// replicated on several of them (one entry holds up to MaxOwners owners).
+	// At ~40 bytes per entry that is ~40 MiB when full.
+	DefaultMaxEntries = 1 << 20
+
+	// DefaultShards is the number of independently locked shards. A request
+	// takes one lock per shard its chunks fall in, at most min(chunks,
+	// shards), and holds it for its chunks in that shard only, so more shards
+	// mean less waiting but more locks per request. 16 keeps a 128-chunk
+	// request at 16 lock operations, against 128 with a lock per chunk (see
+	// BenchmarkLocking), and keeps contention low on the core counts a
+	// reverse proxy runs on: two requests collide only when they touch the
+	// same shard at the same moment, for the ~1/16 of their chunks it holds.
+	DefaultShards = 16
+
+	// MaxShards is the most shards an index can have.
+	MaxShards = 1 << 16
+
+	// MaxOwners is the most owners one entry remembers. A prefix hot enough
+	// to live on more than four replicas is warm nearly everywhere it can be
+	// sent, so a fifth owner evicts the least recent one. Four 16-bit IDs fill
+	// exactly one 8-byte word, which keeps an entry at 24 bytes.
+	MaxOwners = 4
+
+	// MaxIDs is the most upstreams interned at once. IDs are 1..MaxIDs; the
+	// zero ID names no upstream.
+	MaxIDs = 1<<16 - 1
+
+	// maxShardEntries bounds one shard so entry indexes fit in 32 bits with
+	// room to spare and the slot table fits in 2^32 slots.
+	maxShardEntries = 1 << 30
+
+	// nameOverhead estimates the bytes one interned name costs beyond its
+	// text: its string header and ID in the name map (with the map's load
+	// factor and per-group control bytes), and its slot in Index.names.
+	nameOverhead = 64
+)
+
+// ID is an interned upstream: a small number standing for its name (Caddy's
+// Dial string) in index entries. Intern assigns IDs 1..MaxIDs; the zero ID
+// names no upstream and never owns anything.
+type ID uint16
+
+// Config bounds an Index.
+type Config struct {
+	// MaxEntries bounds the entries (chunk hashes) held across all shards.
+	// 0 means DefaultMaxEntries.
+	MaxEntries int
+	// Shards is the number of independently locked shards, a power of two.
+	// 0 means DefaultShards. An index with fewer MaxEntries than Shards uses
+	// as many shards as the largest power of two <= MaxEntries.
+	Shards int
+}
+
+// Stats describes an Index at one moment.
+type Stats struct {
+	// Entries is the number of chunk hashes held.
+	Entries int
+	// Capacity is the most entries the index holds (Config.MaxEntries).
+	Capacity int
+	// Bytes is the memory held by the index: its arrays, its shards and the
+	// interned names. It is at most the bound in the package documentation.
+	Bytes int64
+	// Evictions counts the entries evicted, least recently used first, to
+	// stay within Capacity since the index was created.
+	Evictions uint64
+	// Upstreams is the number of interned upstream names.
+	Upstreams int
+}
+
+// Index is a bounded map from chunk hash to the upstreams believed to hold
+// that prefix. It is safe for concurrent use. Depths and Record are the hot
+// path: they never allocate in steady state and never block on anything but
+// the shard locks they take, one per shard touched. Intern is lock-free for
+// known names. Forget and Flush are the slow path.
+type Index struct {
+	shards    []shard
+	shardMask uint64
+	secret    uint64
+	capacity  int
+	pool      sync.Pool // *scratch
+
+	// live has bit id set while id is interned. Record checks it under the
+	// shard lock, so a Forget that clears it before sweeping a shard
+	// cannot be undone by a Record that races with the sweep.
+	live [(MaxIDs + 1 + 31) / 32]atomic.Uint32
+
+	ids atomic.Pointer[map[string]ID] // read-only once published
+
+	mu        sync.Mutex                     // guards the fields below and writers of ids
+	used      [(MaxIDs + 1 + 31) / 32]uint32 // bit id set while id is interned or being forgotten
+	nUsed     int
+	cursor    int // where the search for a free ID starts
+	nameBytes int64
+	maxIDs    int // MaxIDs; tests lower it
+}
+
+// scratch is one request's working memory, pooled per Index.
+type scratch struct {
+	m      []uint64 // mixed hash per chunk
+	order  []uint32 // chunk positions, grouped by shard
+	end    []uint32 // end[s]: end of shard s's group in order
+	owners []uint64 // owner list per chunk (Depths)
+}
+
+// maxPooledChunks keeps requests with absurdly many chunks from pinning large
+// scratch buffers in the pool.
+const maxPooledChunks = 1 << 16
+
+// New returns an empty index bounded by cfg. Memory is allocated lazily as
+// entries arrive, never beyond the bound in the package documentation.
+func New(cfg Config) (*Index, error) {
+	maxEntries, shards := cfg.MaxEntries, cfg.Shards
+	if maxEntries == 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	if shards == 0 {
+		shards = DefaultShards
+	}
+	if maxEntries < 0 {
+		return nil, fmt.Errorf("MaxEntries must not be negative, got %d", maxEntries)
+	}
+	if shards < 0 || shards > MaxShards || shards&(shards-1) != 0 {
+		return nil, fmt.Errorf("Shards must be a power of two between 1 and %d, got %d", MaxShards, shards)
+	}
+	for shards > maxEntries {
+		shards /= 2
+	}
+	if maxEntries/shards >= maxShardEntries {
+		return nil, fmt.Errorf("MaxEntries must be below %d for %d shards, got %d", shards*maxShardEntries, shards, maxEntries)
+	}
+	ix := &Index{
+		shards:    make([]shard, shards),
+		shardMask: uint64(shards - 1),
+		secret:    rand.Uint64(),
+		capacity:  maxEntries,
+		cursor:    1,
+		maxIDs:    MaxIDs,
+	}
+	ix.pool.New = func() any { return new(scratch) }
+	for i := range ix.shards {
+		limit := maxEntries / shards
+		if i < maxEntries%shards {
+			limit++
+		}
+		ix.shards[i].init(limit, ix.secret)
+	}
+	ids := map[string]ID{}
+	ix.ids.Store(&ids)
+	return ix, nil
+}
+
+// Intern returns the ID of the upstream name, assigning one the first time.
+// The ID stays the same until Forget(name). A known name costs a map lookup
+// and no lock or allocation. Intern returns an error when all MaxIDs IDs are
+// in use.
+func (ix *Index) Intern(name string) (ID, error) {
+	if id, ok := (*ix.ids.Load())[name]; ok {
+		return id, nil
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	old := *ix.ids.Load()
+	if id, ok := old[name]; ok {
+		return id, nil
+	}
+	if ix.nUsed >= ix.maxIDs {
+		return 0, fmt.Errorf("interning upstream %q: all %d IDs in use", name, ix.maxIDs)
+	}
+	id := ix.nextFree()
+	ix.used[id/32] |= 1 << (id % 32)
+	ix.nUsed++
+	ids := maps.Clone(old)
+	ids[name] = id
+	ix.ids.Store(&ids)
+	ix.nameBytes += int64(len(name)) + nameOverhead
+	ix.live[id/32].Or(1 << (id % 32))
+	return id, nil
+}
+
+// Forget removes the upstream name from every entry, frees the entries left
+// without an owner, and then frees name's ID for reuse. Entries keep their
+// other owners and their recency. It sweeps every entry, a batch at a time
+// per shard lock, so it is the slow path: call it when an upstream leaves.
+// Forgetting an unknown name does nothing.
+//
+// IDs are assigned round-robin (see nextFree), so a freed ID is reused only
+// after every other free ID has been handed out: a request that interned the
+// name before Forget and records after it is very unlikely to attribute its
+// prefix to a newer upstream.
+func (ix *Index) Forget(name string) {
+	ix.mu.Lock()
+	old := *ix.ids.Load()
+	id, ok := old[name]
+	if !ok {
+		ix.mu.Unlock()
+		return
+	}
+	ids := maps.Clone(old)
+	delete(ids, name)
+	ix.ids.Store(&ids)
+	ix.live[id/32].And(^uint32(1 << (id % 32)))
+	ix.mu.Unlock()
+
+	for i := range ix.shards {
+		ix.shards[i].forget(uint16(id))
+	}
+
+	ix.mu.Lock()
+	ix.used[id/32] &^= 1 << (id % 32)
+	ix.nUsed--
+	ix.nameBytes -= int64(len(name)) + nameOverhead
+	ix.mu.Unlock()
+}
+
+// nextFree returns the first unused ID at or after the cursor, wrapping
+// around, and moves the cursor past it. IDs are thus assigned in a cycle:
+// every never-used ID comes before any reuse, and a forgotten ID is reused
+// only after the cursor has gone round all the others. ix.mu must be held and
+// an ID must be free.
+func (ix *Index) nextFree() ID {
+	for id := ix.cursor; ; id++ {
+		if id > ix.maxIDs {
+			id = 1
+		}
+		if ix.used[id/32]&(1<<(id%32)) == 0 {
+			ix.cursor = id + 1
+			return ID(id)
+		}
+	}
+}
+
+// isLive reports whether id is interned.
+func (ix *Index) isLive(id ID) bool {
+	return ix.live[id/32].Load()&(1<<(id%32)) != 0
+}
+
+// Depths sets depths[j], for each j < len(ids), to the number of leading
+// hashes all owned by ids[j]: the k such that ids[j] owns hashes[0..k-1] but
+// not hashes[k]. An upstream that does not own hashes[0] has depth 0 whatever
+// deeper hashes it owns. depths must be at least as long as ids.
+//
+// Depths does not refresh recency: only Record does. Every request that is
+// routed is recorded right after, which refreshes exactly the entries that
+// mattered, while a lookup that is not followed by a Record (the request
+// went elsewhere or failed) should not keep a prefix alive.
+//
+// Depths takes the lock of hashes[0]'s shard and stops there when no ids[j]
+// owns it (a cold request). Otherwise it takes each shard's lock once for
+// all the remaining hashes in that shard.
+func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
+	depths = depths[:len(ids)]
+	clear(depths)
+	if len(hashes) == 0 || len(ids) == 0 {
+		return
+	}
+
+	key := uint64(hashes[0])
+	m := mix(key, ix.secret)
+	sh := &ix.shards[m&ix.shardMask]
+	sh.mu.Lock()
+	first := sh.owners(m, key)
+	sh.mu.Unlock()
+	warm := false
+	for j, id := range ids {
+		if id != 0 && holds(first, id) {
+			depths[j] = 1
+			warm = true
+		}
+	}
+	if !warm || len(hashes) == 1 {
+		return
+	}
+
+	rest := hashes[1:]
+	sc := ix.pool.Get().(*scratch)
+	ix.group(sc, rest)
+	sc.owners = slices.Grow(sc.owners[:0], len(rest))[:len(rest)]
+	start := uint32(0)
+	for s, end := range sc.end {
+		if start == end {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.mu.Lock()
+		for _, i := range sc.order[start:end] {
+			sc.owners[i] = sh.owners(sc.m[i], uint64(rest[i]))
+		}
+		sh.mu.Unlock()
+		start = end
+	}
+	for j, id := range ids {
+		if depths[j] == 0 {
+			continue
+		}
+		d := 0
+		for d < len(rest) && holds(sc.owners[d], id) {
+			d++
+		}
+		depths[j] = 1 + d
+	}
+	ix.release(sc)
+}
+
+// Record notes that owner now holds every prefix in hashes, as its most
+// recent owner, and makes those entries the most recently used, creating the
+// missing ones and evicting least recently used entries to stay within
+// MaxEntries. Within a shard it records the deepest hashes first, so that
+// shallower prefixes, which every deeper one needs, are evicted last.
+//
+// Record takes each shard's lock once for all the hashes in that shard.
+// Recording for an ID that is not interned (0, or forgotten) does nothing.
+func (ix *Index) Record(hashes []Hash, owner ID) {
+	if len(hashes) == 0 || owner == 0 || !ix.isLive(owner) {
+		return
+	}
+	sc := ix.pool.Get().(*scratch)
+	ix.group(sc, hashes)
+	start := uint32(0)
+	for s, end := range sc.end {
+		if start == end {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.mu.Lock()
+		// Checked under the lock: see Forget.
+		if ix.isLive(owner) {
+			group := sc.order[start:end]
+			for k := len(group) - 1; k >= 0; k-- {
+				i := group[k]
+				sh.record(sc.m[i], uint64(hashes[i]), uint16(owner))
+			}
+		}
+		sh.mu.Unlock()
+		start = end
+	}
+	ix.release(sc)
+}
+
+// group fills sc.m with the mixed hashes and sc.order with the positions of
+// hashes grouped by shard (a counting sort, ascending within a shard), and
+// sets sc.end[s] to the end of shard s's group.
+func (ix *Index) group(sc *scratch, hashes []Hash) {
+	n, shards := len(hashes), len(ix.shards)
+	sc.m = slices.Grow(sc.m[:0], n)[:n]
+	sc.order = slices.Grow(sc.order[:0], n)[:n]
+	sc.end = slices.Grow(sc.end[:0], shards)[:shards]
+	if shards == 1 {
+		for i, h := range hashes {
+			sc.m[i] = mix(uint64(h), ix.secret)
+			sc.order[i] = uint32(i)
+		}
+		sc.end[0] = uint32(n)
+		return
+	}
+	// end[s] first counts shard s-1's hashes, then becomes the start of
+	// shard s's group, then, after placement, its end.
+	clear(sc.end)
+	for i, h := range hashes {
+		m := mix(uint64(h), ix.secret)
+		sc.m[i] = m
+		if s := m & ix.shardMask; s+1 < uint64(shards) {
+			sc.end[s+1]++
+		}
+	}
+	for s := 1; s < shards; s++ {
+		sc.end[s] += sc.end[s-1]
+	}
+	for i, m := range sc.m {
+		s := m & ix.shardMask
+		sc.order[sc.end[s]] = uint32(i)
+		sc.end[s]++
+	}
+}
+
+func (ix *Index) release(sc *scratch) {
+	if cap(sc.m) > maxPooledChunks {
+		return
+	}
+	ix.pool.Put(sc)
+}
+
+// Flush forgets every entry. Interned names keep their IDs. The arrays are
+// released, so Stats().Bytes drops back to the empty index's size.
+func (ix *Index) Flush() {
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		sh.reset()
+		sh.mu.Unlock()
+	}
+}
+
+// Stats returns the index's size and counters. It takes every shard lock in
+// turn, briefly.
+func (ix *Index) Stats() Stats {
+	st := Stats{Capacity: ix.capacity}
+	st.Bytes = int64(unsafe.Sizeof(*ix))
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		st.Entries += sh.n
+		st.Evictions += sh.evictions
+		st.Bytes += sh.bytes()
+		sh.mu.Unlock()
+	}
+	ix.mu.Lock()
+	st.Upstreams = len(*ix.ids.Load())
+	st.Bytes += ix.nameBytes
+	ix.mu.Unlock()
+	return st
+}
