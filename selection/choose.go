@@ -1,0 +1,124 @@
+package selection
+
+import "math/bits"
+
+// Candidate is one available upstream as Choose sees it.
+type Candidate struct {
+	// Key is the stable identity of the upstream for rendezvous hashing,
+	// for example a hash of its Dial string. Independent instances agree on
+	// placements only if they derive Key the same way.
+	Key uint64
+	// Depth is how many leading chunks of this request the upstream is
+	// believed to hold.
+	Depth int
+	// Load is the number of requests in flight at the upstream, not
+	// counting this one. Never negative.
+	Load int
+}
+
+// Choice is the result of Choose.
+type Choice struct {
+	// Index is the chosen candidate, or -1 if there were none.
+	Index int
+	// Preferred is the candidate the policy would pick with no bound: the
+	// deepest holder or, for a cold request, the rendezvous-hash winner.
+	// -1 if there were no candidates.
+	Preferred int
+	// Reason says why Index was chosen.
+	Reason Reason
+	// Spilled is true when the bound moved the choice away from
+	// Preferred, that is when Index != Preferred.
+	Spilled bool
+	// Bound is the in-flight bound the choice was made with, as
+	// Policy.Bound returns it.
+	Bound int
+}
+
+// Choose picks one of cands for a request whose placement key is placement
+// (a hash of the request's placement text). It never allocates, never
+// modifies cands, and returns the same Choice for the same input whatever
+// the order of cands (up to the indexes, and save for equal keys). The
+// rules are in the package documentation.
+func (p Policy) Choose(cands []Candidate, placement uint64) Choice {
+	if len(cands) == 0 {
+		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
+	}
+	bound := p.Bound(cands)
+	minDepth := max(p.MinDepth, 1)
+
+	// One pass keeps the best candidate of each kind, -1 if none.
+	var (
+		holder, holderUnder, hrw, hrwUnder, least = -1, -1, -1, -1, -1
+
+		holderScore, holderUnderScore, hrwScore, hrwUnderScore, leastScore uint64
+	)
+	for i := range cands {
+		c := &cands[i]
+		s := score(placement, c.Key)
+		under := c.Load < bound // Load+1 <= bound, without overflow
+		if hrw < 0 || s > hrwScore {
+			hrw, hrwScore = i, s
+		}
+		if under && (hrwUnder < 0 || s > hrwUnderScore) {
+			hrwUnder, hrwUnderScore = i, s
+		}
+		if least < 0 || c.Load < cands[least].Load || (c.Load == cands[least].Load && s > leastScore) {
+			least, leastScore = i, s
+		}
+		if c.Depth < minDepth {
+			continue
+		}
+		if holder < 0 || deeper(c.Depth, s, cands[holder].Depth, holderScore) {
+			holder, holderScore = i, s
+		}
+		if under && (holderUnder < 0 || deeper(c.Depth, s, cands[holderUnder].Depth, holderUnderScore)) {
+			holderUnder, holderUnderScore = i, s
+		}
+	}
+
+	ch := Choice{Bound: bound}
+	if holder >= 0 {
+		ch.Preferred = holder
+		switch {
+		case holderUnder == holder:
+			ch.Index, ch.Reason = holder, ReasonMatch
+		case holderUnder >= 0:
+			ch.Index, ch.Reason = holderUnder, ReasonSpill
+		case hrwUnder >= 0:
+			ch.Index, ch.Reason = hrwUnder, ReasonSpillCold
+		default:
+			ch.Index, ch.Reason = least, ReasonLeastLoaded
+		}
+	} else {
+		ch.Preferred = hrw
+		switch {
+		case hrwUnder == hrw:
+			ch.Index, ch.Reason = hrw, ReasonCold
+		case hrwUnder >= 0:
+			ch.Index, ch.Reason = hrwUnder, ReasonColdSpill
+		default:
+			ch.Index, ch.Reason = least, ReasonLeastLoaded
+		}
+	}
+	ch.Spilled = ch.Index != ch.Preferred
+	return ch
+}
+
+// deeper reports whether a holder at depth d with score s ranks above one
+// at depth bd with score bs: deeper first, then higher score.
+func deeper(d int, s uint64, bd int, bs uint64) bool {
+	return d > bd || (d == bd && s > bs)
+}
+
+// score is the rendezvous-hash (HRW) weight of the upstream key for the
+// placement key: the splitmix64 finalizer of placement ^ rotl(key, 32).
+// The rotation keeps small keys and small placements (as in tests) from
+// cancelling out. For a fixed placement it is a bijection of key. Changing
+// it moves cold placements and breaks agreement between instances running
+// different versions: TestScoreGolden pins it.
+func score(placement, key uint64) uint64 {
+	z := placement ^ bits.RotateLeft64(key, 32)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}

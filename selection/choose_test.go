@@ -1,0 +1,347 @@
+package selection
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// dialKey is a Candidate.Key as the caller derives it: a hash of the Dial.
+func dialKey(i int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "10.0.0.%d:8000", i)
+	return h.Sum64()
+}
+
+// tp is the placement key of the table tests, and rk[i] the key of the
+// upstream that ranks i-th for it by rendezvous hashing: rk[0] wins.
+const tp = 0x5eed
+
+var rk = rankedKeys(tp, 8)
+
+func rankedKeys(placement uint64, n int) []uint64 {
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = dialKey(i)
+	}
+	slices.SortFunc(keys, func(a, b uint64) int { return cmp.Compare(score(placement, b), score(placement, a)) })
+	return keys
+}
+
+// show prints candidates with their rank names, for failure messages.
+func show(cands []Candidate) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, c := range cands {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		name := fmt.Sprintf("%#x", c.Key)
+		if r := slices.Index(rk, c.Key); r >= 0 {
+			name = fmt.Sprintf("rk%d", r)
+		}
+		fmt.Fprintf(&b, "{%s depth=%d load=%d}", name, c.Depth, c.Load)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func TestChoose(t *testing.T) {
+	strict := Policy{LoadFactor: 1.25, Allowance: 0, MinDepth: 4}
+	def := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
+	tests := []struct {
+		name  string
+		p     Policy
+		cands []Candidate
+		want  Choice
+	}{
+		{"no candidates", strict, nil,
+			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
+		{"empty candidates", def, []Candidate{},
+			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
+		{"single candidate", strict, []Candidate{{rk[5], 0, 100}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonCold, Bound: 127}},
+
+		// Warm requests.
+		{"deepest holder wins over HRW rank", strict,
+			[]Candidate{{rk[0], 5, 0}, {rk[3], 9, 0}, {rk[1], 0, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
+		{"equally deep holders tie by HRW", strict,
+			[]Candidate{{rk[2], 8, 0}, {rk[1], 8, 0}, {rk[0], 3, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
+		// bound = ceil(1.25 * 10 / 4) = 4: the depth-9 holder (6) is over.
+		{"bound spills to the next-deepest holder", strict,
+			[]Candidate{{rk[0], 0, 0}, {rk[2], 9, 6}, {rk[3], 5, 0}, {rk[1], 7, 3}},
+			Choice{Index: 3, Preferred: 1, Reason: ReasonSpill, Spilled: true, Bound: 4}},
+		// bound = ceil(1.25 * 11 / 4) = 4: depth 9 (6) and depth 7 (4) are over.
+		{"spill passes over holders over the bound", strict,
+			[]Candidate{{rk[2], 9, 6}, {rk[1], 7, 4}, {rk[3], 5, 0}, {rk[0], 0, 0}},
+			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 4}},
+		// bound = ceil(1.25 * 6 / 4) = 2
+		{"spill among equally deep holders by HRW", strict,
+			[]Candidate{{rk[0], 8, 5}, {rk[2], 8, 0}, {rk[1], 8, 0}, {rk[3], 0, 0}},
+			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 2}},
+		// bound = ceil(1.25 * 12 / 4) = 4: both holders (5) are over; rk0
+		// wins although rk1 has less load.
+		{"no holder under the bound spills to the HRW winner under it", strict,
+			[]Candidate{{rk[3], 10, 5}, {rk[4], 6, 5}, {rk[1], 0, 0}, {rk[0], 0, 1}},
+			Choice{Index: 3, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 4}},
+
+		// Cold requests.
+		{"cold goes to the HRW winner", strict,
+			[]Candidate{{rk[2], 0, 0}, {rk[0], 0, 0}, {rk[1], 0, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
+		{"matches shallower than MinDepth are cold", strict,
+			[]Candidate{{rk[1], 3, 0}, {rk[0], 1, 0}, {rk[2], 3, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
+		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3},
+			[]Candidate{{rk[1], 3, 0}, {rk[0], 1, 0}, {rk[2], 3, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
+		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1},
+			[]Candidate{{rk[1], 1, 0}, {rk[0], 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
+		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0},
+			[]Candidate{{rk[1], 0, 0}, {rk[0], 0, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
+		// bound = ceil(1.25 * 8 / 4) = 3: rk0 (4) and rk1 (3) are over.
+		{"cold HRW winner over the bound spills down the HRW ranking", strict,
+			[]Candidate{{rk[0], 0, 4}, {rk[1], 0, 3}, {rk[3], 0, 0}, {rk[2], 0, 0}},
+			Choice{Index: 3, Preferred: 0, Reason: ReasonColdSpill, Spilled: true, Bound: 3}},
+		{"equal keys tie to the lower index", strict,
+			[]Candidate{{rk[1], 0, 0}, {rk[0], 0, 0}, {rk[0], 0, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
+
+		// Last resort: only an invalid policy (bound 0 here) gets there.
+		{"least loaded when no candidate is under the bound", Policy{MinDepth: 4},
+			[]Candidate{{rk[0], 9, 3}, {rk[1], 0, 1}, {rk[2], 0, 2}},
+			Choice{Index: 1, Preferred: 0, Reason: ReasonLeastLoaded, Spilled: true}},
+		{"least loaded ties by HRW and may be the preferred", Policy{MinDepth: 4},
+			[]Candidate{{rk[2], 0, 1}, {rk[0], 0, 1}, {rk[1], 0, 1}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonLeastLoaded}},
+
+		// The bound's edges and the allowance. bound = ceil(4/4) + 2 = 3.
+		{"Load+1 equal to the bound is under", Policy{1, 2, 4},
+			[]Candidate{{rk[1], 9, 2}, {rk[0], 0, 0}, {rk[2], 0, 0}, {rk[3], 0, 1}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 3}},
+		{"Load equal to the bound is over", Policy{1, 2, 4},
+			[]Candidate{{rk[1], 9, 3}, {rk[0], 0, 0}, {rk[2], 0, 0}, {rk[3], 0, 0}},
+			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 3}},
+		// bound = ceil(1.25 * 3 / 4) + 8 = 9
+		{"allowance keeps affinity at low load", Policy{1.25, 8, 4},
+			[]Candidate{{rk[2], 12, 2}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 9}},
+		{"without allowance the same load spills", strict,
+			[]Candidate{{rk[2], 12, 2}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 1}},
+		// bound = ceil(1.25 * 24 / 4) + 16 = 24
+		{"defaults keep a holder at 23 in flight beside idle peers", def,
+			[]Candidate{{rk[2], 12, 23}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 24}},
+		// bound = ceil(1.25 * 25 / 4) + 16 = 24
+		{"defaults spill a holder at 24 in flight beside idle peers", def,
+			[]Candidate{{rk[2], 12, 24}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 24}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.p.Choose(tt.cands, tp)
+			if got != tt.want {
+				t.Errorf("%+v.Choose(%s, %#x) = %+v, want %+v", tt.p, show(tt.cands), tp, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestChooseDoesNotModify(t *testing.T) {
+	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth}
+	cands := []Candidate{{rk[0], 9, 6}, {rk[1], 5, 0}, {rk[2], 0, 1}}
+	orig := slices.Clone(cands)
+	p.Choose(cands, tp)
+	if !slices.Equal(cands, orig) {
+		t.Errorf("Choose(%s, %#x) modified its candidates to %s", show(orig), tp, show(cands))
+	}
+}
+
+func TestChooseAllocs(t *testing.T) {
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}
+	for _, n := range []int{0, 1, 16, 256} {
+		for _, warm := range []bool{false, true} {
+			cands := benchCands(n, warm)
+			placement := uint64(1)
+			allocs := testing.AllocsPerRun(100, func() {
+				placement++
+				p.Choose(cands, placement)
+			})
+			if allocs != 0 {
+				t.Errorf("Choose(%d candidates, warm=%v) allocates %v times, want 0", n, warm, allocs)
+			}
+		}
+	}
+}
+
+// refChoose is Choose written the slow, obvious way: sort by the rules,
+// take the first that fits.
+func refChoose(p Policy, cands []Candidate, placement uint64) Choice {
+	if len(cands) == 0 {
+		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
+	}
+	bound := p.Bound(cands)
+	under := func(i int) bool { return cands[i].Load+1 <= bound }
+	// All candidates by HRW score, highest first; equal scores by index.
+	byHRW := make([]int, len(cands))
+	for i := range byHRW {
+		byHRW[i] = i
+	}
+	slices.SortStableFunc(byHRW, func(a, b int) int {
+		return cmp.Compare(score(placement, cands[b].Key), score(placement, cands[a].Key))
+	})
+	var holders []int
+	for _, i := range byHRW {
+		if cands[i].Depth >= max(p.MinDepth, 1) {
+			holders = append(holders, i)
+		}
+	}
+	slices.SortStableFunc(holders, func(a, b int) int { return cmp.Compare(cands[b].Depth, cands[a].Depth) })
+	byLoad := slices.Clone(byHRW)
+	slices.SortStableFunc(byLoad, func(a, b int) int { return cmp.Compare(cands[a].Load, cands[b].Load) })
+
+	pick := func(i, preferred int, r Reason) Choice {
+		return Choice{Index: i, Preferred: preferred, Reason: r, Spilled: i != preferred, Bound: bound}
+	}
+	if len(holders) > 0 {
+		for _, i := range holders {
+			if under(i) {
+				if i == holders[0] {
+					return pick(i, holders[0], ReasonMatch)
+				}
+				return pick(i, holders[0], ReasonSpill)
+			}
+		}
+		for _, i := range byHRW {
+			if under(i) {
+				return pick(i, holders[0], ReasonSpillCold)
+			}
+		}
+		return pick(byLoad[0], holders[0], ReasonLeastLoaded)
+	}
+	for _, i := range byHRW {
+		if under(i) {
+			if i == byHRW[0] {
+				return pick(i, byHRW[0], ReasonCold)
+			}
+			return pick(i, byHRW[0], ReasonColdSpill)
+		}
+	}
+	return pick(byLoad[0], byHRW[0], ReasonLeastLoaded)
+}
+
+// checkChoice checks got = p.Choose(cands, placement) against refChoose and
+// the invariants every choice keeps.
+func checkChoice(t *testing.T, p Policy, cands []Candidate, placement uint64, got Choice) {
+	t.Helper()
+	call := fmt.Sprintf("%+v.Choose(%v, %#x)", p, cands, placement)
+	if want := refChoose(p, cands, placement); got != want {
+		t.Fatalf("%s = %+v, want %+v (reference)", call, got, want)
+	}
+	if len(cands) == 0 {
+		return
+	}
+	if got.Index < 0 || got.Index >= len(cands) || got.Preferred < 0 || got.Preferred >= len(cands) {
+		t.Fatalf("%s = %+v, want Index and Preferred in [0, %d)", call, got, len(cands))
+	}
+	if got.Spilled != (got.Index != got.Preferred) {
+		t.Fatalf("%s = %+v, want Spilled == (Index != Preferred)", call, got)
+	}
+	if got.Bound != p.Bound(cands) {
+		t.Fatalf("%s = %+v, want Bound %d", call, got, p.Bound(cands))
+	}
+	anyUnder := slices.ContainsFunc(cands, func(c Candidate) bool { return c.Load+1 <= got.Bound })
+	if anyUnder && cands[got.Index].Load+1 > got.Bound {
+		t.Fatalf("%s = %+v: chose load %d over the bound although a candidate is under it", call, got, cands[got.Index].Load)
+	}
+	if anyUnder == (got.Reason == ReasonLeastLoaded) {
+		t.Fatalf("%s = %+v: reason %v with a candidate under the bound: %v", call, got, got.Reason, anyUnder)
+	}
+	if p.Validate() == nil && !anyUnder {
+		t.Fatalf("%s: valid policy, non-negative loads, and no candidate under bound %d", call, got.Bound)
+	}
+	warm := slices.ContainsFunc(cands, func(c Candidate) bool { return c.Depth >= max(p.MinDepth, 1) })
+	switch got.Reason {
+	case ReasonMatch, ReasonSpill, ReasonSpillCold:
+		if !warm {
+			t.Fatalf("%s = %+v: reason %v for a cold request", call, got, got.Reason)
+		}
+	case ReasonCold, ReasonColdSpill:
+		if warm {
+			t.Fatalf("%s = %+v: reason %v for a warm request", call, got, got.Reason)
+		}
+	}
+}
+
+// TestChooseProperties runs Choose on random inputs, valid and invalid
+// policies, and checks it against the reference, the invariants, and its
+// independence from the order of the candidates.
+func TestChooseProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 20000 {
+		p := Policy{
+			LoadFactor: 1 + 2*rng.Float64(),
+			Allowance:  rng.IntN(6),
+			MinDepth:   1 + rng.IntN(5),
+		}
+		if iter%10 == 0 { // invalid: the last resort must still be sane
+			p.LoadFactor = rng.Float64()
+		}
+		n := rng.IntN(13)
+		cands := make([]Candidate, n)
+		maxLoad := 1 + rng.IntN(40)
+		for i := range cands {
+			cands[i] = Candidate{Key: dialKey(i), Depth: rng.IntN(10), Load: rng.IntN(maxLoad)}
+			if rng.IntN(4) == 0 { // a hot spot
+				cands[i].Load *= 5
+			}
+		}
+		distinct := true
+		if n > 1 && iter%7 == 0 { // the same upstream twice
+			cands[n-1].Key = cands[0].Key
+			distinct = false
+		}
+		placement := rng.Uint64()
+		got := p.Choose(cands, placement)
+		checkChoice(t, p, cands, placement, got)
+
+		if !distinct || n == 0 {
+			continue
+		}
+		perm := rng.Perm(n)
+		shuffled := make([]Candidate, n)
+		for i, j := range perm {
+			shuffled[i] = cands[j]
+		}
+		sgot := p.Choose(shuffled, placement)
+		if shuffled[sgot.Index] != cands[got.Index] || shuffled[sgot.Preferred] != cands[got.Preferred] ||
+			sgot.Reason != got.Reason || sgot.Bound != got.Bound {
+			t.Fatalf("%+v.Choose(%v, %#x) = %+v, but shuffled to %v it chose %+v",
+				p, cands, placement, got, shuffled, sgot)
+		}
+	}
+}
+
+func FuzzChoose(f *testing.F) {
+	f.Add([]byte{}, uint64(0), 1.25, 16, 4)
+	f.Add([]byte{1, 9, 0, 2, 0, 0, 3, 5, 7}, uint64(7), 1.0, 0, 1)
+	f.Add([]byte{1, 9, 200, 2, 1, 3, 3, 5, 7, 4, 4, 4}, uint64(1<<63), 0.0, 0, 0)
+	f.Fuzz(func(t *testing.T, data []byte, placement uint64, loadFactor float64, allowance, minDepth int) {
+		p := Policy{LoadFactor: loadFactor, Allowance: allowance, MinDepth: minDepth}
+		var cands []Candidate
+		for ; len(data) >= 3; data = data[3:] {
+			// Few distinct keys, so equal keys happen too.
+			cands = append(cands, Candidate{Key: dialKey(int(data[0] % 16)), Depth: int(data[1] % 16), Load: int(data[2])})
+		}
+		checkChoice(t, p, cands, placement, p.Choose(cands, placement))
+	})
+}

@@ -1,0 +1,70 @@
+// Package selection chooses one upstream for a request, given each
+// candidate's match depth (how many leading chunks of the request's routing
+// text it is believed to hold in its KV cache), its in-flight load, and a
+// placement key taken from the request alone.
+//
+// It is step 5 ("Choose") of the data flow in DESIGN.md. It imports neither
+// Caddy nor net/http: the caller filters the pool to the available upstreams,
+// fills a caller-owned []Candidate and calls [Policy.Choose], which reads it
+// and returns a [Choice] without allocating.
+//
+// # The bound
+//
+// A candidate is under the bound when, counting the incoming request, its
+// in-flight load stays within it:
+//
+//	Load + 1 <= bound
+//	bound     = ceil(LoadFactor * (sum(Load) + 1) / n) + Allowance
+//
+// where n is the number of candidates. The first term is the capacity of
+// consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+// 2017) as buraksezer/consistent and vimeo's HAProxy hash-balance-factor
+// compute it: the incoming request is counted both in the total and at the
+// candidate. The Allowance term is ours: it keeps the bound from forcing
+// requests apart at low load, where an inference engine batching hundreds
+// of sequences is nowhere near overloaded. See [Policy.Bound].
+//
+// With LoadFactor >= 1, Allowance >= 0 and non-negative loads, at least one
+// candidate is always under the bound: write sum(Load) = q*n + r with
+// 0 <= r < n; the least-loaded candidate holds at most q, and
+// ceil((sum+1)/n) = q+1. So a validated [Policy] never needs its last resort;
+// [ReasonLeastLoaded] only appears with an invalid policy.
+//
+// # The choice
+//
+// A candidate with Depth >= MinDepth is a holder. In order:
+//
+//  1. the deepest holder under the bound ([ReasonMatch] when it is the
+//     deepest holder overall, [ReasonSpill] when the bound moved the
+//     request to a shallower or equally deep but lower-ranked holder);
+//  2. with no holder under the bound, the rendezvous-hash winner among the
+//     candidates under the bound ([ReasonSpillCold]): the prefix is lost for
+//     this request, and recording the choice gives it a second home that
+//     every instance agrees on;
+//  3. a cold request (no holder) goes to the rendezvous-hash winner of the
+//     placement key ([ReasonCold]) or, if that candidate is over the bound,
+//     to the highest-ranked candidate under it ([ReasonColdSpill]);
+//  4. last resort, with no candidate under the bound: the least-loaded
+//     candidate ([ReasonLeastLoaded]).
+//
+// Choice.Preferred is what the policy would pick with no bound: the deepest
+// holder, or for a cold request the rendezvous-hash winner. Choice.Spilled
+// reports that the bound moved the choice away from it.
+//
+// # Rendezvous hashing
+//
+// Every tie is broken by the highest-random-weight (HRW, rendezvous hashing)
+// score of the candidate for the placement key:
+//
+//	score(placement, key) = splitmix64(placement ^ rotl(key, 32))
+//
+// where splitmix64 is the finalizer of Steele, Lea and Flood's SplittableRandom
+// (Stafford's variant 13). For a fixed placement it is a bijection of the key,
+// so distinct keys never tie. Because it depends on the request and the
+// upstream's Dial alone, independent Caddy instances agree on cold placements
+// without talking; distinct conversations spread uniformly over the fleet;
+// and removing an upstream moves only the placements it won. The function is
+// a compatibility contract between instances and is pinned by a golden test.
+// Candidates with equal keys (the same upstream twice) tie, and the lower
+// index wins. No randomness is used: the same input gives the same Choice.
+package selection

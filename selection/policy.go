@@ -1,0 +1,117 @@
+package selection
+
+import (
+	"fmt"
+	"math"
+)
+
+// DefaultLoadFactor is the default Policy.LoadFactor: no candidate takes a
+// request that would put it above 1.25 times the mean in-flight load (plus
+// the allowance). 1.25 is the factor used by KubeAI's PrefixHash strategy
+// for LLM replicas and the low end of the "reasonable values from 125 to
+// 200" of HAProxy's hash-balance-factor, which vimeo contributed for its
+// bounded-load consistent hashing. Lower factors spill more often and lose
+// cache hits; higher ones let a hot prefix queue on one replica.
+const DefaultLoadFactor = 1.25
+
+// DefaultAllowance is the default Policy.Allowance, in requests in flight.
+// An engine with continuous batching runs hundreds of sequences at once, so
+// a replica holding a handful more requests than its peers is not
+// overloaded, and spilling it would only throw its cache away: with 2 in
+// flight on the warm replica and none elsewhere, the multiplicative bound
+// alone (1.25 x mean) would already push the next request away. 16 lets a
+// replica run 16 requests beyond the multiplicative bound before any
+// spill. It is a starting point, to be tuned from bench/ results.
+const DefaultAllowance = 16
+
+// DefaultMinDepth is the default Policy.MinDepth, in chunks. With 256-byte
+// chunks, 4 chunks are 1 KiB of routing text: about 250 tokens, or 16 KV
+// blocks of 16 tokens. A shorter shared prefix is mostly chat-template
+// boilerplate and the opening of a common system prompt. Reusing it saves
+// little prefill, and following it would herd unrelated conversations onto
+// whichever replica saw that opening first. Such requests are better placed
+// by rendezvous hashing, which spreads conversations and still sends every
+// later turn of one conversation to the same replica. Deeper matches (a
+// real system prompt, tool definitions, earlier turns) are worth following.
+// Scale it with the chunk size to keep about 1 KiB.
+const DefaultMinDepth = 4
+
+// maxBoundTerm caps the multiplicative term of the bound, so that a huge or
+// infinite LoadFactor cannot overflow int on any platform. No upstream
+// holds two billion requests in flight.
+const maxBoundTerm = math.MaxInt32
+
+// Policy is the choosing policy. The zero value is not valid; a caller sets
+// the fields (usually to the Default constants) and calls Validate once, on
+// the slow path. A Policy is a value: Choose is safe for concurrent use.
+type Policy struct {
+	// LoadFactor multiplies the mean in-flight load, counting the
+	// incoming request, to give the bound. At least 1.
+	LoadFactor float64
+	// Allowance is added to the bound, in requests in flight, so the
+	// bound never forces spreading at low load. At least 0.
+	Allowance int
+	// MinDepth is the shallowest match, in chunks, that counts: a
+	// request no candidate holds to this depth is cold. At least 1;
+	// Choose treats smaller values as 1.
+	MinDepth int
+}
+
+// Validate reports the first invalid field of p, naming it as the
+// configuration does and giving its value.
+func (p Policy) Validate() error {
+	if !(p.LoadFactor >= 1) { // also rejects NaN
+		return fmt.Errorf("load_factor must be at least 1, got %v", p.LoadFactor)
+	}
+	if math.IsInf(p.LoadFactor, 1) {
+		return fmt.Errorf("load_factor must be finite, got %v", p.LoadFactor)
+	}
+	if p.Allowance < 0 {
+		return fmt.Errorf("allowance must be at least 0, got %d", p.Allowance)
+	}
+	if p.MinDepth < 1 {
+		return fmt.Errorf("min_depth must be at least 1, got %d", p.MinDepth)
+	}
+	return nil
+}
+
+// Bound returns the in-flight bound for cands, counting the incoming
+// request:
+//
+//	ceil(LoadFactor * (sum(Load) + 1) / len(cands)) + Allowance
+//
+// A candidate is under the bound when Load + 1 <= Bound. Bound returns 0
+// for no candidates. For an invalid policy it stays defined: a NaN or
+// non-positive product counts as 0, the product is capped at MaxInt32,
+// and the result saturates at MaxInt and is never negative.
+func (p Policy) Bound(cands []Candidate) int {
+	if len(cands) == 0 {
+		return 0
+	}
+	sum := 0
+	for i := range cands {
+		sum += cands[i].Load
+	}
+	return p.bound(sum, len(cands))
+}
+
+// bound is Bound for a known total load over n > 0 candidates.
+func (p Policy) bound(sum, n int) int {
+	f := math.Ceil(p.LoadFactor * float64(sum+1) / float64(n))
+	var b int
+	switch {
+	case f >= maxBoundTerm:
+		b = maxBoundTerm
+	case f > 0:
+		b = int(f)
+	default: // zero, negative or NaN
+		b = 0
+	}
+	switch {
+	case p.Allowance > math.MaxInt-b:
+		return math.MaxInt
+	case b+p.Allowance < 0:
+		return 0
+	}
+	return b + p.Allowance
+}

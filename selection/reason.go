@@ -1,0 +1,64 @@
+package selection
+
+// Reason says why Choose picked its candidate. Its String values form a
+// small fixed set, safe as a metric label.
+type Reason uint8
+
+// The reasons, in the order Choose considers them.
+const (
+	// ReasonNone: there were no candidates; Choice.Index is -1.
+	ReasonNone Reason = iota
+	// ReasonMatch: the deepest holder, which is under the bound.
+	ReasonMatch
+	// ReasonSpill: the deepest holder is over the bound, so the deepest
+	// holder under it (the next-deepest, or an equally deep one ranked
+	// lower by rendezvous hashing).
+	ReasonSpill
+	// ReasonSpillCold: every holder is over the bound, so the
+	// rendezvous-hash winner among the candidates under it, as for a cold
+	// request. The prefix is lost for this request.
+	ReasonSpillCold
+	// ReasonCold: no candidate holds a useful prefix; the
+	// rendezvous-hash winner of the placement key, which is under the
+	// bound.
+	ReasonCold
+	// ReasonColdSpill: no candidate holds a useful prefix and the
+	// rendezvous-hash winner is over the bound, so the highest-ranked
+	// candidate under it.
+	ReasonColdSpill
+	// ReasonLeastLoaded: no candidate is under the bound (only possible
+	// with an invalid Policy), so the least-loaded candidate.
+	ReasonLeastLoaded
+
+	numReasons // must stay last
+)
+
+var reasonNames = [numReasons]string{
+	ReasonNone:        "none",
+	ReasonMatch:       "match",
+	ReasonSpill:       "spill",
+	ReasonSpillCold:   "spill_cold",
+	ReasonCold:        "cold",
+	ReasonColdSpill:   "cold_spill",
+	ReasonLeastLoaded: "least_loaded",
+}
+
+// String returns the reason's snake_case name, for metric labels and
+// placeholders, or "unknown" for a value that is not one of the reasons
+// (so a label set stays bounded).
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons returns every reason Choose can return, in order, so a caller
+// can initialize one metric series per reason. It returns a new slice.
+func Reasons() []Reason {
+	rs := make([]Reason, numReasons)
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
+}
