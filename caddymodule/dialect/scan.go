@@ -1,0 +1,439 @@
+package dialect
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// This file is the JSON scanner: whitespace, strings (skipped or rendered
+// unescaped), numbers and the iterative skipping of whole values. All of it
+// works on the body in place with offsets; nothing allocates.
+//
+// Strings are the hot path (message text is nearly all of a chat body). Both
+// skipping and rendering find the closing quote with bytes.IndexByte and look
+// for backslashes only between the current position and that quote, so a
+// string with many escapes is still scanned in linear time.
+
+// skipWS returns the offset of the first non-whitespace byte at or after i.
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\n', '\r', '\t':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// shortString is how far string scans look byte by byte before calling
+// bytes.IndexByte: 16 bytes covers keys, roles and types (measured: 1 KB
+// chat bodies +8%, long strings unaffected).
+const shortString = 16
+
+// skipString returns the offset just after the string that starts with the
+// quote at b[i]. Escapes are not validated here; rendered strings are
+// validated by appendString.
+func skipString(b []byte, i int) (int, error) {
+	// Most strings skipped are short (keys, roles, types): a plain loop
+	// beats the call overhead of IndexByte for them.
+	for j := i + 1; j < len(b) && j <= i+shortString; j++ {
+		if c := b[j]; c == '"' {
+			return j + 1, nil
+		} else if c == '\\' {
+			break
+		}
+	}
+	j := i + 1
+	for {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			return 0, syntaxErr(i, "unterminated string")
+		}
+		q += j
+		// The quote is escaped if an odd number of backslashes precede it.
+		k := q - 1
+		for k > i && b[k] == '\\' {
+			k--
+		}
+		if (q-1-k)%2 == 0 {
+			return q + 1, nil
+		}
+		j = q + 1
+	}
+}
+
+// appendString appends the unescaped contents of the string that starts with
+// the quote at b[i] to dst. It returns the extended dst and the offset just
+// after the closing quote. Invalid escapes are ErrSyntax; lone surrogates
+// become U+FFFD (as encoding/json does); raw bytes, valid UTF-8 or not, are
+// copied as they are.
+func appendString(dst, b []byte, i int) ([]byte, int, error) {
+	for j := i + 1; j < len(b) && j <= i+shortString; j++ {
+		if c := b[j]; c == '"' {
+			return append(dst, b[i+1:j]...), j + 1, nil
+		} else if c == '\\' {
+			break
+		}
+	}
+	j := i + 1
+	q := bytes.IndexByte(b[j:], '"')
+	if q < 0 {
+		return dst, 0, syntaxErr(i, "unterminated string")
+	}
+	q += j
+	for {
+		k := bytes.IndexByte(b[j:q], '\\')
+		if k < 0 {
+			return append(dst, b[j:q]...), q + 1, nil
+		}
+		k += j
+		dst = append(dst, b[j:k]...)
+		if k+1 >= len(b) {
+			return dst, 0, syntaxErr(i, "unterminated string")
+		}
+		switch c := b[k+1]; c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+			j = k + 2
+		case 'n':
+			dst = append(dst, '\n')
+			j = k + 2
+		case 't':
+			dst = append(dst, '\t')
+			j = k + 2
+		case 'r':
+			dst = append(dst, '\r')
+			j = k + 2
+		case 'b':
+			dst = append(dst, '\b')
+			j = k + 2
+		case 'f':
+			dst = append(dst, '\f')
+			j = k + 2
+		case 'u':
+			r, ok := hex4(b, k+2)
+			if !ok {
+				return dst, 0, syntaxErr(k, "invalid \\u escape")
+			}
+			j = k + 6
+			if utf16IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if j+1 < len(b) && b[j] == '\\' && b[j+1] == 'u' {
+					r2, ok2 = hex4(b, j+2)
+				}
+				if ok2 && r < 0xdc00 && r2 >= 0xdc00 && r2 < 0xe000 {
+					r = 0x10000 + (r-0xd800)<<10 + (r2 - 0xdc00)
+					j += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, 0, syntaxErr(k, "invalid escape")
+		}
+		if j > q {
+			// The escape consumed the quote we had found (\" or a \u
+			// sequence running past it): find the next one.
+			n := bytes.IndexByte(b[j:], '"')
+			if n < 0 {
+				return dst, 0, syntaxErr(i, "unterminated string")
+			}
+			q = j + n
+		}
+	}
+}
+
+func utf16IsSurrogate(r rune) bool { return r >= 0xd800 && r < 0xe000 }
+
+// hex4 decodes the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// hasEscape reports whether the string value at b[s:e] (quotes included)
+// contains a backslash.
+func hasEscape(b []byte, s, e int) bool {
+	return bytes.IndexByte(b[s+1:e-1], '\\') >= 0
+}
+
+// skipValue returns the offset just after the JSON value that starts at b[i]
+// (i is at a non-whitespace byte). Containers are skipped iteratively, so
+// nesting depth costs no stack. The skip checks what it must to find the end
+// of the value: strings are terminated, brackets balance and (for the first
+// 64 levels) match in kind. It does not validate scalars, commas or colons
+// inside skipped containers: Append validates what it renders, and the
+// engine validates the rest.
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, syntaxErr(i, "unexpected end of input")
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		return skipContainer(b, i)
+	default:
+		return skipScalar(b, i)
+	}
+}
+
+// skipContainer skips the object or array that starts at b[i].
+func skipContainer(b []byte, i int) (int, error) {
+	start := i
+	var kinds uint64 // bit d set: level d is an object (levels < 64)
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			j, err := skipString(b, i)
+			if err != nil {
+				return 0, err
+			}
+			i = j
+			continue
+		case '{':
+			if depth < 64 {
+				kinds |= 1 << depth
+			}
+			depth++
+		case '[':
+			if depth < 64 {
+				kinds &^= 1 << depth
+			}
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 64 && (kinds>>depth&1 == 1) != (b[i] == '}') {
+				return 0, syntaxErr(i, "mismatched bracket")
+			}
+			if depth == 0 {
+				return i + 1, nil
+			}
+		}
+		i++
+	}
+	return 0, syntaxErr(start, "unterminated container")
+}
+
+// skipScalar skips a number or a literal (true, false, null) at b[i].
+func skipScalar(b []byte, i int) (int, error) {
+	switch c := b[i]; {
+	case c == 't':
+		return skipLiteral(b, i, "true")
+	case c == 'f':
+		return skipLiteral(b, i, "false")
+	case c == 'n':
+		return skipLiteral(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		j, _, _, err := scanNumber(b, i)
+		return j, err
+	}
+	return 0, syntaxErr(i, "invalid value")
+}
+
+func skipLiteral(b []byte, i int, lit string) (int, error) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, syntaxErr(i, "invalid literal")
+	}
+	return i + len(lit), nil
+}
+
+// scanNumber validates the JSON number at b[i] and returns the offset after
+// it. If the number is a non-negative integer without fraction or exponent
+// that fits in 32 bits, it also returns its value and ok = true.
+func scanNumber(b []byte, i int) (end int, v uint32, ok bool, err error) {
+	j := i
+	neg := false
+	if j < len(b) && b[j] == '-' {
+		neg = true
+		j++
+	}
+	if j >= len(b) || b[j] < '0' || b[j] > '9' {
+		return 0, 0, false, syntaxErr(i, "invalid number")
+	}
+	var acc uint64
+	big := false
+	if b[j] == '0' {
+		j++
+	} else {
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			acc = acc*10 + uint64(b[j]-'0')
+			if acc > 1<<32-1 {
+				big = true
+				acc = 1 << 32 // stays bounded; only "too big" matters now
+			}
+			j++
+		}
+	}
+	integer := true
+	if j < len(b) && b[j] == '.' {
+		integer = false
+		j++
+		d := j
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		if j == d {
+			return 0, 0, false, syntaxErr(i, "invalid number")
+		}
+	}
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
+		integer = false
+		j++
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		d := j
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		if j == d {
+			return 0, 0, false, syntaxErr(i, "invalid number")
+		}
+	}
+	if integer && !neg && !big {
+		return j, uint32(acc), true, nil
+	}
+	return j, 0, false, nil
+}
+
+// nextMember advances over an object member separator. i is just after a
+// value inside an object; it returns the offset of the next key's quote and
+// more = true, or the offset after the closing brace and more = false.
+func nextMember(b []byte, i int) (int, bool, error) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return 0, false, syntaxErr(i, "unexpected end of input in object")
+	}
+	switch b[i] {
+	case ',':
+		i = skipWS(b, i+1)
+		if i >= len(b) || b[i] != '"' {
+			return 0, false, syntaxErr(i, "expected object key")
+		}
+		return i, true, nil
+	case '}':
+		return i + 1, false, nil
+	}
+	return 0, false, syntaxErr(i, "expected ',' or '}' in object")
+}
+
+// nextElement is nextMember for arrays: it returns the offset of the next
+// element and more = true, or the offset after ']' and more = false.
+func nextElement(b []byte, i int) (int, bool, error) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return 0, false, syntaxErr(i, "unexpected end of input in array")
+	}
+	switch b[i] {
+	case ',':
+		i = skipWS(b, i+1)
+		if i >= len(b) {
+			return 0, false, syntaxErr(i, "unexpected end of input in array")
+		}
+		return i, true, nil
+	case ']':
+		return i + 1, false, nil
+	}
+	return 0, false, syntaxErr(i, "expected ',' or ']' in array")
+}
+
+// readKey reads the object key whose quote is at b[i] and the colon after
+// it. It returns the key's raw bytes (between the quotes) and the offset of
+// the value. Keys containing escapes are unescaped into kbuf; a longer one
+// is returned as nil (no key this package knows is that long).
+func readKey(b []byte, i int, kbuf *[32]byte) (key []byte, vs int, err error) {
+	// Keys are short and rarely escaped: one plain loop finds the end.
+	j := i + 1
+	for j < len(b) && b[j] != '"' && b[j] != '\\' {
+		j++
+	}
+	if j >= len(b) {
+		return nil, 0, syntaxErr(i, "unterminated string")
+	}
+	ke := j + 1
+	key = b[i+1 : j]
+	if b[j] == '\\' {
+		// Rare: a key written with escapes ("\u006dodel").
+		if key, ke, err = appendString(kbuf[:0], b, i); err != nil {
+			return nil, 0, err
+		}
+		if len(key) > len(kbuf) {
+			key = nil
+		}
+	}
+	j = skipWS(b, ke)
+	if j >= len(b) || b[j] != ':' {
+		return nil, 0, syntaxErr(j, "expected ':' after object key")
+	}
+	vs = skipWS(b, j+1)
+	if vs >= len(b) {
+		return nil, 0, syntaxErr(vs, "unexpected end of input")
+	}
+	return key, vs, nil
+}
+
+// member reads one object member whose key starts with the quote at b[i]
+// and skips its value. It returns the key (see readKey) and the value's
+// span b[vs:ve].
+func member(b []byte, i int, kbuf *[32]byte) (key []byte, vs, ve int, err error) {
+	if key, vs, err = readKey(b, i, kbuf); err != nil {
+		return nil, 0, 0, err
+	}
+	if ve, err = skipValue(b, vs); err != nil {
+		return nil, 0, 0, err
+	}
+	return key, vs, ve, nil
+}
+
+// firstMember checks that b[i] opens an object and returns the offset of
+// its first key (more = true) or the offset after "{}" (more = false).
+func firstMember(b []byte, i int) (int, bool, error) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false, syntaxErr(i, "expected object")
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, false, nil
+	}
+	if i >= len(b) || b[i] != '"' {
+		return 0, false, syntaxErr(i, "expected object key")
+	}
+	return i, true, nil
+}
+
+// firstElement checks that b[i] opens an array and returns the offset of its
+// first element (more = true) or the offset after "[]" (more = false).
+func firstElement(b []byte, i int) (int, bool, error) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, false, syntaxErr(i, "expected array")
+	}
+	i = skipWS(b, i+1)
+	if i >= len(b) {
+		return 0, false, syntaxErr(i, "unexpected end of input in array")
+	}
+	if b[i] == ']' {
+		return i + 1, false, nil
+	}
+	return i, true, nil
+}
