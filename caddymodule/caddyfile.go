@@ -1,0 +1,158 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/dustin/go-humanize"
+)
+
+// UnmarshalCaddyfile sets up the module from Caddyfile tokens. Syntax:
+//
+//	lb_policy prefix_cache {
+//		chunk_size     <bytes>
+//		max_chunks     <count>
+//		max_entries    <count>
+//		max_body       <size>
+//		load_factor    <factor>
+//		load_allowance <requests>
+//		min_match      <bytes>
+//		tenant         <placeholder>
+//		fallback       <policy> {
+//			<policy options>
+//		}
+//	}
+//
+// Sizes take units as Caddy's request_body max_size does (4MiB, 512KB).
+func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume policy name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "chunk_size":
+			if err := positiveInt(d, &s.ChunkSize); err != nil {
+				return err
+			}
+		case "max_chunks":
+			if err := positiveInt(d, &s.MaxChunks); err != nil {
+				return err
+			}
+		case "max_entries":
+			if err := positiveInt(d, &s.MaxEntries); err != nil {
+				return err
+			}
+		case "min_match":
+			if err := positiveInt(d, &s.MinMatch); err != nil {
+				return err
+			}
+		case "max_body":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			size, err := humanize.ParseBytes(d.Val())
+			if err != nil || size == 0 || size > 1<<40 {
+				return d.Errf("invalid max_body '%s': must be a size from 1 byte to 1TiB", d.Val())
+			}
+			s.MaxBody = int64(size)
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "load_factor":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil {
+				return d.Errf("invalid load_factor '%s': %v", d.Val(), err)
+			}
+			if f < 1 {
+				return d.Errf("invalid load_factor '%s': must be at least 1", d.Val())
+			}
+			s.LoadFactor = f
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "load_allowance":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n < 0 {
+				return d.Errf("invalid load_allowance '%s': must be a whole number of requests, 0 or more", d.Val())
+			}
+			s.LoadAllowance = &n
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "tenant":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			s.Tenant = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "fallback":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if s.FallbackRaw != nil {
+				return d.Err("fallback selection policy already specified")
+			}
+			mod, err := loadFallbackPolicy(d)
+			if err != nil {
+				return err
+			}
+			s.FallbackRaw = mod
+		default:
+			return d.Errf("unrecognized subdirective '%s'", d.Val())
+		}
+	}
+	return nil
+}
+
+// positiveInt reads the subdirective's single argument into dst.
+func positiveInt(d *caddyfile.Dispenser, dst *int) error {
+	name := d.Val()
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(d.Val())
+	if err != nil {
+		return d.Errf("invalid %s '%s': %v", name, d.Val(), err)
+	}
+	if n < 1 {
+		return d.Errf("invalid %s '%s': must be positive", name, d.Val())
+	}
+	*dst = n
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// loadFallbackPolicy reads a selection policy and its options, as Caddy's
+// own hash policies read theirs (reverseproxy's unexported helper of the
+// same name).
+func loadFallbackPolicy(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	name := d.Val()
+	modID := "http.reverse_proxy.selection_policies." + name
+	unm, err := caddyfile.UnmarshalModule(d, modID)
+	if err != nil {
+		return nil, err
+	}
+	sel, ok := unm.(reverseproxy.Selector)
+	if !ok {
+		return nil, d.Errf("module %s (%T) is not a reverseproxy.Selector", modID, unm)
+	}
+	return caddyconfig.JSONModuleObject(sel, "policy", name, nil), nil
+}
+
+// Interface guards
+var _ caddyfile.Unmarshaler = (*PrefixCacheSelection)(nil)

@@ -1,0 +1,309 @@
+// Package caddymodule is the Caddy adapter of the prefix_cache load-balancing
+// policy: the module and its configuration, the request-body peek, the
+// placeholders it sets, and the state it keeps across config reloads.
+//
+// The algorithm lives elsewhere: caddymodule/dialect turns a request body
+// into routing text, prefixindex hashes that text into chained chunk hashes
+// and remembers which upstream holds which prefix, and selection makes the
+// choice. This package only moves bytes between Caddy and those packages.
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/zeebo/xxh3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/prefixcache/caddy-prefixcache/prefixindex"
+	"github.com/prefixcache/caddy-prefixcache/selection"
+)
+
+func init() {
+	caddy.RegisterModule(PrefixCacheSelection{})
+}
+
+// Defaults of the options that are not the index's or the choice's own
+// (those are prefixindex.DefaultChunkSize, DefaultMaxChunks,
+// DefaultMaxEntries and selection.DefaultLoadFactor, DefaultAllowance).
+const (
+	// DefaultMaxBody is the largest body the policy reads to route on:
+	// a 128k-token conversation is about 512 KiB of JSON, and a couple of
+	// base64 images add about 1.4 MiB each. A larger body goes to the
+	// fallback policy, unread. The bound is also the most memory one
+	// request can pin while it is being proxied.
+	DefaultMaxBody = 4 << 20
+
+	// DefaultMinMatch is the shortest prefix, in bytes of routing text,
+	// that counts as a useful match: one kilobyte is ~250 tokens, below
+	// which the prefill saved does not pay for leaving the request's
+	// rendezvous placement.
+	DefaultMinMatch = 1024
+)
+
+// PrefixCacheSelection is a reverse_proxy selection policy for fleets of LLM
+// inference engines (vLLM, SGLang, TensorRT-LLM, llama.cpp, anything OpenAI- or
+// Anthropic-compatible). It reads the JSON request body, hashes the prompt's
+// prefix in fixed-size chunks, and sends the request to the available
+// upstream that most likely holds the longest prefix of it in its KV cache,
+// unless that upstream's in-flight load is above a bound, in which case the
+// request spills to the next-deepest holder. A request with no useful match
+// goes to the rendezvous-hash winner of a placement key taken from the
+// request alone (for chat, the conversation through its first user
+// message), so that independent Caddy instances agree.
+//
+// The request body always reaches the upstream byte for byte. Requests the
+// policy cannot read (not POST, not JSON, larger than max_body, compressed,
+// of an unknown shape) go to the fallback policy.
+type PrefixCacheSelection struct {
+	// Bytes of routing text per chunk. Default: `256`.
+	ChunkSize int `json:"chunk_size,omitempty"`
+
+	// Most chunks hashed per request; text beyond them is not matched.
+	// Default: `2048` (512 KiB of text, about 128k tokens).
+	MaxChunks int `json:"max_chunks,omitempty"`
+
+	// Most prefixes the index remembers across all upstreams; the least
+	// recently used are forgotten first. Default: `1048576`.
+	MaxEntries int `json:"max_entries,omitempty"`
+
+	// Largest request body, in bytes, read to route on; larger bodies go to
+	// the fallback policy. Default: `4194304` (4 MiB).
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// An upstream is over the load bound when its in-flight requests
+	// exceed load_factor times the mean plus load_allowance.
+	// Default: `1.25`.
+	LoadFactor float64 `json:"load_factor,omitempty"`
+
+	// In-flight requests an upstream may carry above load_factor times the
+	// mean before the bound moves requests away from it, so affinity is not
+	// broken at low load. Default: `16`.
+	LoadAllowance *int `json:"load_allowance,omitempty"`
+
+	// Shortest matched prefix, in bytes of routing text, worth routing on;
+	// a shorter match is treated as no match. Default: `1024`.
+	MinMatch int `json:"min_match,omitempty"`
+
+	// A placeholder mixed into the hash seed so tenants never share index
+	// entries, e.g. `{http.request.header.Authorization}`. The value is
+	// hashed, never logged. Default: none.
+	Tenant string `json:"tenant,omitempty"`
+
+	// The policy for requests this one cannot route on. Default:
+	// `least_conn`.
+	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
+
+	fallback reverseproxy.Selector
+	chunker  prefixindex.Chunker
+	policy   selection.Policy
+	state    *sharedState
+	stateKey string
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (PrefixCacheSelection) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.prefix_cache",
+		New: func() caddy.Module { return new(PrefixCacheSelection) },
+	}
+}
+
+// Provision sets defaults, loads the fallback policy and attaches the
+// index, which outlives this config when the next one keeps its shape.
+func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
+	s.logger = ctx.Logger()
+	if s.ChunkSize == 0 {
+		s.ChunkSize = prefixindex.DefaultChunkSize
+	}
+	if s.MaxChunks == 0 {
+		s.MaxChunks = prefixindex.DefaultMaxChunks
+	}
+	if s.MaxEntries == 0 {
+		s.MaxEntries = prefixindex.DefaultMaxEntries
+	}
+	if s.MaxBody == 0 {
+		s.MaxBody = DefaultMaxBody
+	}
+	if s.LoadFactor == 0 {
+		s.LoadFactor = selection.DefaultLoadFactor
+	}
+	if s.LoadAllowance == nil {
+		allowance := selection.DefaultAllowance
+		s.LoadAllowance = &allowance
+	}
+	if s.MinMatch == 0 {
+		s.MinMatch = DefaultMinMatch
+	}
+
+	if s.FallbackRaw == nil {
+		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
+	}
+	mod, err := ctx.LoadModule(s, "FallbackRaw")
+	if err != nil {
+		return fmt.Errorf("loading fallback policy: %w", err)
+	}
+	s.fallback = mod.(reverseproxy.Selector)
+
+	// Validate runs after Provision; the index must not be built from
+	// values it would reject.
+	if err := s.Validate(); err != nil {
+		return err
+	}
+
+	s.chunker, err = prefixindex.NewChunker(s.ChunkSize, s.MaxChunks)
+	if err != nil {
+		return fmt.Errorf("chunk_size %d, max_chunks %d: %w", s.ChunkSize, s.MaxChunks, err)
+	}
+	s.policy = selection.Policy{
+		LoadFactor: s.LoadFactor,
+		Allowance:  *s.LoadAllowance,
+		MinDepth:   max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
+	}
+	s.state, s.stateKey, err = loadState(s.ChunkSize, s.MaxEntries)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// Validate checks the configuration.
+func (s *PrefixCacheSelection) Validate() error {
+	switch {
+	case s.ChunkSize < 1:
+		return fmt.Errorf("chunk_size must be positive, got %d", s.ChunkSize)
+	case s.MaxChunks < 1:
+		return fmt.Errorf("max_chunks must be positive, got %d", s.MaxChunks)
+	case s.MaxEntries < 1:
+		return fmt.Errorf("max_entries must be positive, got %d", s.MaxEntries)
+	case s.MaxBody < 1:
+		return fmt.Errorf("max_body must be positive, got %d", s.MaxBody)
+	case s.MinMatch < 1:
+		return fmt.Errorf("min_match must be positive, got %d", s.MinMatch)
+	}
+	if s.LoadAllowance != nil && *s.LoadAllowance < 0 {
+		return fmt.Errorf("load_allowance must not be negative, got %d", *s.LoadAllowance)
+	}
+	// The remaining rule, load_factor, is the choice's own; its message
+	// names the same field.
+	p := selection.Policy{LoadFactor: s.LoadFactor, MinDepth: 1}
+	return p.Validate()
+}
+
+// Cleanup releases this config's hold on the shared index; the index is
+// dropped when no config holds it any more.
+func (s *PrefixCacheSelection) Cleanup() error {
+	if s.stateKey == "" {
+		return nil
+	}
+	_, err := states.Delete(s.stateKey)
+	return err
+}
+
+// Select returns the available upstream most likely to hold the request's
+// prompt prefix under the load bound, or asks the fallback policy when the
+// request cannot be routed on. w may be nil.
+func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+	req := s.route(r)
+	if req.skip != skipNone {
+		setSkipPlaceholders(r, req.skip)
+		return s.fallback.Select(pool, r, w)
+	}
+
+	sc := getScratch()
+	defer putScratch(sc)
+	// On a retry, leave out the upstreams this request already failed on,
+	// unless nothing else is available: Caddy counts a failure against an
+	// upstream only when passive health checks are on, and the index
+	// would send the request straight back.
+	avoid := req.tried
+	if len(avoid) > 0 && !anyAvailableExcept(pool, avoid) {
+		avoid = nil
+	}
+	for _, u := range pool {
+		if !u.Available() || slices.Contains(avoid, u.Dial) {
+			continue
+		}
+		id, err := s.state.index.Intern(u.Dial)
+		if err != nil {
+			// Only reachable with more distinct upstreams than IDs: route
+			// without this one rather than fail the request.
+			continue
+		}
+		sc.ups = append(sc.ups, u)
+		sc.ids = append(sc.ids, id)
+	}
+	if len(sc.ups) == 0 {
+		return nil
+	}
+	sc.depths = grow(sc.depths, len(sc.ids))
+	s.state.index.Depths(req.hashes, sc.ids, sc.depths)
+	for j, u := range sc.ups {
+		sc.cands = append(sc.cands, selection.Candidate{
+			Key:   xxh3.HashString(u.Dial),
+			Depth: sc.depths[j],
+			Load:  u.NumRequests(),
+		})
+	}
+
+	choice := s.policy.Choose(sc.cands, req.placement)
+	chosen := sc.ups[choice.Index]
+	s.state.index.Record(req.hashes, sc.ids[choice.Index])
+	req.tried = append(req.tried, chosen.Dial)
+
+	d := decision{
+		reason:      choice.Reason.String(),
+		dialect:     req.dialect,
+		promptBytes: req.textLen,
+		matched:     min(sc.cands[choice.Index].Depth*s.ChunkSize, req.textLen),
+		chosen:      chosen.Dial,
+		preferred:   sc.ups[choice.Preferred].Dial,
+		spilled:     choice.Spilled,
+	}
+	setPlaceholders(r, d)
+	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {
+		c.Write(
+			zap.String("reason", d.reason),
+			zap.String("dialect", d.dialect),
+			zap.String("upstream", d.chosen),
+			zap.String("preferred", d.preferred),
+			zap.Int("matched_bytes", d.matched),
+			zap.Int("prompt_bytes", d.promptBytes),
+		)
+	}
+	return chosen
+}
+
+// anyAvailableExcept reports whether pool has an available upstream whose
+// Dial is not in avoid.
+func anyAvailableExcept(pool reverseproxy.UpstreamPool, avoid []string) bool {
+	for _, u := range pool {
+		if u.Available() && !slices.Contains(avoid, u.Dial) {
+			return true
+		}
+	}
+	return false
+}
+
+// grow returns s resized to n, reusing its storage when it can.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner     = (*PrefixCacheSelection)(nil)
+	_ caddy.Validator       = (*PrefixCacheSelection)(nil)
+	_ caddy.CleanerUpper    = (*PrefixCacheSelection)(nil)
+	_ reverseproxy.Selector = (*PrefixCacheSelection)(nil)
+)

@@ -1,0 +1,138 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// closeRecorder is a client body that remembers being closed.
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// failingReader returns data, then err.
+type failingReader struct {
+	data []byte
+	err  error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, f.err
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+func TestReadBodyGivesBackExactBytes(t *testing.T) {
+	const maxBody = 64
+	body := func(n int) []byte { return bytes.Repeat([]byte{'x'}, n) }
+	tests := []struct {
+		name          string
+		method        string
+		body          []byte
+		contentLength int64 // -1: unknown (chunked)
+		header        http.Header
+		wantSkip      skipCause
+		wantRead      bool // the policy has the bytes to route on
+	}{
+		{"max_body - 1", http.MethodPost, body(maxBody - 1), maxBody - 1, nil, skipNone, true},
+		{"max_body", http.MethodPost, body(maxBody), maxBody, nil, skipNone, true},
+		{"max_body + 1 with length", http.MethodPost, body(maxBody + 1), maxBody + 1, nil, skipTooLarge, false},
+		{"max_body chunked", http.MethodPost, body(maxBody), -1, nil, skipNone, true},
+		{"max_body + 1 chunked", http.MethodPost, body(maxBody + 1), -1, nil, skipTooLarge, false},
+		{"much larger chunked", http.MethodPost, body(100 * maxBody), -1, nil, skipTooLarge, false},
+		{"one byte", http.MethodPost, body(1), 1, nil, skipNone, true},
+		{"empty chunked", http.MethodPost, nil, -1, nil, skipEmpty, false},
+		{"GET", http.MethodGet, body(10), 10, nil, skipMethod, false},
+		{"gzip", http.MethodPost, body(10), 10, http.Header{"Content-Encoding": {"gzip"}}, skipEncoded, false},
+		{"identity encoding", http.MethodPost, body(10), 10, http.Header{"Content-Encoding": {"identity"}}, skipNone, true},
+		{"html", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"text/html"}}, skipContentType, false},
+		{"json with charset", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"application/json; charset=utf-8"}}, skipNone, true},
+		{"vendor +json", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"application/vnd.api+json"}}, skipNone, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := &closeRecorder{Reader: bytes.NewReader(tt.body)}
+			r := httptest.NewRequest(tt.method, "/v1/chat/completions", nil)
+			r.Body = client
+			r.ContentLength = tt.contentLength
+			for k, v := range tt.header {
+				r.Header[k] = v
+			}
+			s := &PrefixCacheSelection{MaxBody: maxBody}
+			skip, read := s.readBody(r)
+			if skip != tt.wantSkip {
+				t.Errorf("readBody() skip = %q, want %q", skip, tt.wantSkip)
+			}
+			if tt.wantRead && !bytes.Equal(read, tt.body) {
+				t.Errorf("readBody() read %d bytes, want the whole %d", len(read), len(tt.body))
+			}
+			if !tt.wantRead && read != nil {
+				t.Errorf("readBody() returned %d bytes to route on, want none", len(read))
+			}
+			if r.ContentLength != tt.contentLength {
+				t.Errorf("ContentLength = %d after readBody, want %d unchanged", r.ContentLength, tt.contentLength)
+			}
+			got, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Fatalf("reading the body given back: %v", err)
+			}
+			if !bytes.Equal(got, tt.body) {
+				t.Errorf("body given back has %d bytes, want the client's %d exactly", len(got), len(tt.body))
+			}
+			if client.closed {
+				t.Error("the client's body was closed by the policy")
+			}
+		})
+	}
+}
+
+func TestReadBodyErrorIsPassedOn(t *testing.T) {
+	boom := errors.New("client went away")
+	client := &closeRecorder{Reader: &failingReader{data: []byte(`{"messages":[`), err: boom}}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Body = client
+	r.ContentLength = -1
+	s := &PrefixCacheSelection{MaxBody: 1 << 20}
+	skip, read := s.readBody(r)
+	if skip != skipReadError || read != nil {
+		t.Errorf("readBody() = %q, %d bytes; want %q, none", skip, len(read), skipReadError)
+	}
+	got, err := io.ReadAll(r.Body)
+	if string(got) != `{"messages":[` || !errors.Is(err, boom) {
+		t.Errorf("body given back = %q, %v; want the bytes read, then %v", got, err, boom)
+	}
+}
+
+func TestReplayBodyCloseKeepsUnreadBodyForRetry(t *testing.T) {
+	client := &closeRecorder{Reader: strings.NewReader("rest")}
+	b := &replayBody{head: []byte("head-"), rest: client}
+
+	// A dial error: the transport closes the body without reading it.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if client.closed {
+		t.Fatal("Close of an unread body closed the client's body; a retry would lose it")
+	}
+	got, err := io.ReadAll(b)
+	if err != nil || string(got) != "head-rest" {
+		t.Errorf("after Close, body = %q, %v; want %q", got, err, "head-rest")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !client.closed {
+		t.Error("Close after reading did not close the client's body")
+	}
+}

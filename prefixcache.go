@@ -1,0 +1,18 @@
+// Package prefixcache plugs the prefix_cache load-balancing policy into
+// Caddy. Build it in with xcaddy:
+//
+//	xcaddy build --with github.com/prefixcache/caddy-prefixcache
+//
+// and use it in a reverse_proxy block:
+//
+//	reverse_proxy engine-1:8000 engine-2:8000 {
+//		lb_policy prefix_cache
+//	}
+//
+// The module itself is caddymodule.PrefixCacheSelection.
+package prefixcache
+
+import (
+	// Registers http.reverse_proxy.selection_policies.prefix_cache.
+	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
+)
