@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -21,6 +22,7 @@ import (
 //		load_allowance <requests>
 //		min_match      <bytes>
 //		tenant         <placeholder>
+//		forget_after   <duration>
 //		fallback       <policy> {
 //			<policy options>
 //		}
@@ -95,6 +97,18 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			s.Tenant = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "forget_after":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur <= 0 {
+				return d.Errf("invalid forget_after '%s': must be a positive duration", d.Val())
+			}
+			s.ForgetAfter = caddy.Duration(dur)
 			if d.NextArg() {
 				return d.ArgErr()
 			}

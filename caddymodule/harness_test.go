@@ -107,9 +107,37 @@ func freePort(t *testing.T) int {
 // endpoint, storage in the test's temp dir, no trust-store installs.
 func startCaddy(t *testing.T, sites string) (storage string) {
 	t.Helper()
-	storage = t.TempDir()
-	cfgFile := fmt.Sprintf(`{
-	admin off
+	return startCaddyWith(t, "admin off", sites)
+}
+
+// startCaddyAdmin is startCaddy with the admin endpoint on a loopback port,
+// which it returns as a base URL.
+func startCaddyAdmin(t *testing.T, sites string) (admin string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startCaddyWith(t, "admin "+addr, sites)
+	return "http://" + addr
+}
+
+// caddyfileJSON adapts a whole Caddyfile.
+func caddyfileJSON(t *testing.T, cfgFile string) []byte {
+	t.Helper()
+	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting Caddyfile: %v\n%s", err, cfgFile)
+	}
+	for _, w := range warnings {
+		if !strings.Contains(w.Message, "not formatted") {
+			t.Logf("Caddyfile warning: %s", w.String())
+		}
+	}
+	return cfgJSON
+}
+
+// globalOptions is the global options block of the tests' Caddyfiles.
+func globalOptions(t *testing.T, admin, storage string) string {
+	return fmt.Sprintf(`{
+	%s
 	persist_config off
 	skip_install_trust
 	log default {
@@ -122,17 +150,13 @@ func startCaddy(t *testing.T, sites string) (storage string) {
 		protocols h1 h2
 	}
 }
-%s`, storage, freePort(t), freePort(t), sites)
-	adapter := caddyconfig.GetAdapter("caddyfile")
-	cfgJSON, warnings, err := adapter.Adapt([]byte(cfgFile), map[string]any{"filename": "Caddyfile"})
-	if err != nil {
-		t.Fatalf("adapting Caddyfile: %v\n%s", err, cfgFile)
-	}
-	for _, w := range warnings {
-		if !strings.Contains(w.Message, "not formatted") {
-			t.Logf("Caddyfile warning: %s", w.String())
-		}
-	}
+`, admin, storage, freePort(t), freePort(t))
+}
+
+func startCaddyWith(t *testing.T, admin, sites string) (storage string) {
+	t.Helper()
+	storage = t.TempDir()
+	cfgJSON := caddyfileJSON(t, globalOptions(t, admin, storage)+sites)
 	if err := caddy.Load(cfgJSON, true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, cfgJSON)
 	}

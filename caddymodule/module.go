@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -26,7 +28,7 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(PrefixCacheSelection{})
+	caddy.RegisterModule(new(PrefixCacheSelection))
 }
 
 // Defaults of the options that are not the index's or the choice's own
@@ -96,6 +98,10 @@ type PrefixCacheSelection struct {
 	// hashed, never logged. Default: none.
 	Tenant string `json:"tenant,omitempty"`
 
+	// How long an upstream may be missing from every pool that uses the
+	// index before the index forgets what it holds. Default: `1m`.
+	ForgetAfter caddy.Duration `json:"forget_after,omitempty"`
+
 	// The policy for requests this one cannot route on. Default:
 	// `least_conn`.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
@@ -104,12 +110,12 @@ type PrefixCacheSelection struct {
 	chunker  prefixindex.Chunker
 	policy   selection.Policy
 	state    *sharedState
-	stateKey string
+	lastPool atomic.Pointer[reverseproxy.UpstreamPool]
 	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
-func (PrefixCacheSelection) CaddyModule() caddy.ModuleInfo {
+func (*PrefixCacheSelection) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "http.reverse_proxy.selection_policies.prefix_cache",
 		New: func() caddy.Module { return new(PrefixCacheSelection) },
@@ -142,6 +148,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
 	}
+	if s.ForgetAfter == 0 {
+		s.ForgetAfter = DefaultForgetAfter
+	}
 
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
@@ -167,10 +176,14 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		Allowance:  *s.LoadAllowance,
 		MinDepth:   max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
 	}
-	s.state, s.stateKey, err = loadState(s.ChunkSize, s.MaxEntries)
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
+	s.state, err = loadState(s.ChunkSize, s.MaxEntries, time.Duration(s.ForgetAfter))
 	if err != nil {
 		return err
 	}
+	addInstance(s)
 	return nil
 }
 
@@ -187,6 +200,8 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("max_body must be positive, got %d", s.MaxBody)
 	case s.MinMatch < 1:
 		return fmt.Errorf("min_match must be positive, got %d", s.MinMatch)
+	case s.ForgetAfter < 0:
+		return fmt.Errorf("forget_after must not be negative, got %v", time.Duration(s.ForgetAfter))
 	}
 	if s.LoadAllowance != nil && *s.LoadAllowance < 0 {
 		return fmt.Errorf("load_allowance must not be negative, got %d", *s.LoadAllowance)
@@ -200,10 +215,11 @@ func (s *PrefixCacheSelection) Validate() error {
 // Cleanup releases this config's hold on the shared index; the index is
 // dropped when no config holds it any more.
 func (s *PrefixCacheSelection) Cleanup() error {
-	if s.stateKey == "" {
+	if s.state == nil {
 		return nil
 	}
-	_, err := states.Delete(s.stateKey)
+	removeInstance(s)
+	_, err := states.Delete(s.state.key)
 	return err
 }
 
@@ -211,12 +227,36 @@ func (s *PrefixCacheSelection) Cleanup() error {
 // prompt prefix under the load bound, or asks the fallback policy when the
 // request cannot be routed on. w may be nil.
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+	s.notePool(pool)
 	req := s.route(r)
 	if req.skip != skipNone {
+		metrics.skipped(req.skip)
 		setSkipPlaceholders(r, req.skip)
 		return s.fallback.Select(pool, r, w)
 	}
+	chosen, d := s.choose(pool, req, true)
+	if chosen == nil {
+		return nil
+	}
+	metrics.selected(d)
+	setPlaceholders(r, d)
+	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {
+		c.Write(
+			zap.String("reason", d.reason),
+			zap.String("dialect", d.dialect),
+			zap.String("upstream", d.chosen),
+			zap.String("preferred", d.preferred),
+			zap.Int("matched_bytes", d.matched),
+			zap.Int("prompt_bytes", d.promptBytes),
+		)
+	}
+	return chosen
+}
 
+// choose picks among pool's available upstreams for a routable request and,
+// when record is set, teaches the index that the chosen one now holds the
+// request's prefix. It returns nil when no upstream is available.
+func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeked, record bool) (*reverseproxy.Upstream, decision) {
 	sc := getScratch()
 	defer putScratch(sc)
 	// On a retry, leave out the upstreams this request already failed on,
@@ -241,7 +281,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 		sc.ids = append(sc.ids, id)
 	}
 	if len(sc.ups) == 0 {
-		return nil
+		return nil, decision{}
 	}
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(req.hashes, sc.ids, sc.depths)
@@ -255,10 +295,11 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 
 	choice := s.policy.Choose(sc.cands, req.placement)
 	chosen := sc.ups[choice.Index]
-	s.state.index.Record(req.hashes, sc.ids[choice.Index])
-	req.tried = append(req.tried, chosen.Dial)
-
-	d := decision{
+	if record {
+		s.state.index.Record(req.hashes, sc.ids[choice.Index])
+		req.tried = append(req.tried, chosen.Dial)
+	}
+	return chosen, decision{
 		reason:      choice.Reason.String(),
 		dialect:     req.dialect,
 		promptBytes: req.textLen,
@@ -266,19 +307,8 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 		chosen:      chosen.Dial,
 		preferred:   sc.ups[choice.Preferred].Dial,
 		spilled:     choice.Spilled,
+		bound:       choice.Bound,
 	}
-	setPlaceholders(r, d)
-	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {
-		c.Write(
-			zap.String("reason", d.reason),
-			zap.String("dialect", d.dialect),
-			zap.String("upstream", d.chosen),
-			zap.String("preferred", d.preferred),
-			zap.Int("matched_bytes", d.matched),
-			zap.Int("prompt_bytes", d.promptBytes),
-		)
-	}
-	return chosen
 }
 
 // anyAvailableExcept reports whether pool has an available upstream whose

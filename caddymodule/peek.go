@@ -27,11 +27,7 @@ func (s *PrefixCacheSelection) readBody(r *http.Request) (skipCause, []byte) {
 	// One byte more than max_body tells a body of exactly max_body from a
 	// larger one, and leaves room for the read that reports io.EOF.
 	limit := s.MaxBody + 1
-	size := int64(16 << 10)
-	if r.ContentLength > 0 {
-		size = r.ContentLength + 1
-	}
-	buf, err := readAtMost(make([]byte, 0, size), r.Body, limit)
+	buf, err := readAtMost(r.Body, limit, r.ContentLength+1)
 	r.Body = &replayBody{head: buf, rest: r.Body, restErr: err}
 	switch {
 	case err != nil:
@@ -44,12 +40,31 @@ func (s *PrefixCacheSelection) readBody(r *http.Request) (skipCause, []byte) {
 	return skipNone, buf
 }
 
-// readAtMost appends up to limit bytes from r to buf. It returns a nil
-// error at io.EOF.
-func readAtMost(buf []byte, r io.Reader, limit int64) ([]byte, error) {
+// firstRead is the most memory readBody allocates before the client has
+// sent any of its body: a Content-Length is the client's word, and trusting
+// it would let a client that declares max_body and sends nothing pin
+// max_body of memory per connection.
+const firstRead = 32 << 10
+
+// readAtMost reads up to limit bytes from r. hint is the size the client
+// declared, plus one for the read that reports io.EOF (0 or less when
+// unknown); the buffer grows by doubling as bytes arrive, to at most hint
+// while the body is no longer than declared, so a body that arrives
+// whole costs about log2(size/firstRead) copies and memory proportional to
+// the bytes received. It returns a nil error at io.EOF.
+func readAtMost(r io.Reader, limit, hint int64) ([]byte, error) {
+	size := int64(4 << 10) // a chunked body's first read
+	if hint > 0 {
+		size = hint
+	}
+	buf := make([]byte, 0, min(limit, firstRead, size))
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, 1)
+			next := min(2*int64(cap(buf)), limit)
+			if hint > int64(cap(buf)) {
+				next = min(next, hint)
+			}
+			buf = slices.Grow(buf, int(next)-len(buf))
 		}
 		m, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit)])
 		buf = buf[:len(buf)+m]

@@ -29,6 +29,7 @@ type decision struct {
 	preferred   string
 	chosen      string
 	spilled     bool
+	bound       int
 }
 
 func setPlaceholders(r *http.Request, d decision) {

@@ -1,0 +1,233 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI serves the prefix_cache policies' state on Caddy's admin
+// listener (never on a site), under /prefix_cache/:
+//
+//	GET  /prefix_cache/stats              every policy instance: its options, index and upstreams
+//	POST /prefix_cache/dry_run[?instance=N] the body of an LLM request in, the upstream each
+//	                                      instance would choose and why out; nothing is recorded
+//	POST /prefix_cache/flush[?instance=N] forget what the index learned, e.g. after the
+//	                                      engines were restarted and their caches are empty
+//
+// Instances are numbered in the order their configs provisioned them.
+type AdminAPI struct{}
+
+// maxDryRunBody bounds the body a dry run reads; each instance then applies
+// its own max_body, as it would on a site.
+const maxDryRunBody = 64 << 20
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.prefix_cache",
+		New: func() caddy.Module { return new(AdminAPI) },
+	}
+}
+
+// Routes returns the admin routes.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{
+		{Pattern: "/prefix_cache/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
+		{Pattern: "/prefix_cache/dry_run", Handler: caddy.AdminHandlerFunc(a.dryRun)},
+		{Pattern: "/prefix_cache/flush", Handler: caddy.AdminHandlerFunc(a.flush)},
+	}
+}
+
+type instanceStats struct {
+	Instance      int             `json:"instance"`
+	Index         string          `json:"index"`
+	ChunkSize     int             `json:"chunk_size"`
+	MaxEntries    int             `json:"max_entries"`
+	LoadFactor    float64         `json:"load_factor"`
+	LoadAllowance int             `json:"load_allowance"`
+	MinMatch      int             `json:"min_match"`
+	Entries       int             `json:"entries"`
+	Bytes         int64           `json:"bytes"`
+	Evictions     uint64          `json:"evictions"`
+	Upstreams     []upstreamStats `json:"upstreams"`
+	// Indexed holds every upstream the index knows, with the entries it
+	// owns; one that left every pool stays until forget_after.
+	Indexed map[string]int `json:"indexed_upstreams"`
+}
+
+type upstreamStats struct {
+	Dial      string `json:"dial"`
+	Available bool   `json:"available"`
+	InFlight  int    `json:"in_flight"`
+	Owned     int    `json:"owned_entries"`
+}
+
+func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return methodNotAllowed(r, http.MethodGet)
+	}
+	var out []instanceStats
+	for i, s := range listInstances() {
+		st := s.state.index.Stats()
+		owned := s.state.index.Owned()
+		is := instanceStats{
+			Instance: i, Index: s.state.key,
+			ChunkSize: s.ChunkSize, MaxEntries: s.MaxEntries,
+			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
+			Entries: st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
+			Upstreams: []upstreamStats{}, Indexed: owned,
+		}
+		if pool := s.lastPool.Load(); pool != nil {
+			for _, u := range *pool {
+				is.Upstreams = append(is.Upstreams, upstreamStats{
+					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
+				})
+			}
+		}
+		sort.Slice(is.Upstreams, func(i, j int) bool { return is.Upstreams[i].Dial < is.Upstreams[j].Dial })
+		out = append(out, is)
+	}
+	return writeJSON(w, map[string]any{"instances": out})
+}
+
+type dryRunResult struct {
+	Instance     int    `json:"instance"`
+	Routed       bool   `json:"routed"`
+	Skip         string `json:"skip,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Dialect      string `json:"dialect,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	Upstream     string `json:"upstream,omitempty"`
+	Preferred    string `json:"preferred,omitempty"`
+	Spilled      bool   `json:"spilled"`
+	Bound        int    `json:"bound,omitempty"`
+	PromptBytes  int    `json:"prompt_bytes"`
+	MatchedBytes int    `json:"matched_bytes"`
+}
+
+// dryRun routes the admin request's body as each instance would route it
+// on a site, headers included (so tenant placeholders work), without
+// recording anything.
+func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, http.MethodPost)
+	}
+	targets, err := selectInstances(r)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxDryRunBody))
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("reading body: %w", err)}
+	}
+	var out []dryRunResult
+	for _, t := range targets {
+		s := t.s
+		// Each instance reads its own copy, with fresh request variables,
+		// as a request on a site would be read.
+		req := r.Clone(r.Context())
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), nil, nil)
+		p := s.route(req)
+		res := dryRunResult{Instance: t.n, Skip: p.skip.String()}
+		if p.skip != skipNone {
+			out = append(out, res)
+			continue
+		}
+		pool := s.lastPool.Load()
+		if pool == nil {
+			res.Error = "this instance has not routed a request yet, so its upstreams are unknown"
+			out = append(out, res)
+			continue
+		}
+		chosen, d := s.choose(*pool, p, false)
+		if chosen == nil {
+			res.Error = "no upstream is available"
+			out = append(out, res)
+			continue
+		}
+		res.Routed = true
+		res.Dialect, res.Reason, res.Upstream, res.Preferred = d.dialect, d.reason, d.chosen, d.preferred
+		res.Spilled, res.Bound, res.PromptBytes, res.MatchedBytes = d.spilled, d.bound, d.promptBytes, d.matched
+		out = append(out, res)
+	}
+	return writeJSON(w, map[string]any{"results": out})
+}
+
+func (a *AdminAPI) flush(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, http.MethodPost)
+	}
+	targets, err := selectInstances(r)
+	if err != nil {
+		return err
+	}
+	flushed := map[*sharedState]bool{}
+	for _, t := range targets {
+		if !flushed[t.s.state] {
+			t.s.state.index.Flush()
+			flushed[t.s.state] = true
+		}
+	}
+	return writeJSON(w, map[string]any{"flushed_indexes": len(flushed)})
+}
+
+type numbered struct {
+	n int
+	s *PrefixCacheSelection
+}
+
+// selectInstances returns the instance named by ?instance=N, or all of
+// them, in order.
+func selectInstances(r *http.Request) ([]numbered, error) {
+	all := listInstances()
+	if len(all) == 0 {
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no prefix_cache policy is configured")}
+	}
+	v := r.URL.Query().Get("instance")
+	if v == "" {
+		out := make([]numbered, len(all))
+		for i, s := range all {
+			out[i] = numbered{i, s}
+		}
+		return out, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n >= len(all) {
+		return nil, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("instance must be 0 to %d, got %q", len(all)-1, v)}
+	}
+	return []numbered{{n, all[n]}}, nil
+}
+
+func listInstances() []*PrefixCacheSelection {
+	var list []*PrefixCacheSelection
+	eachInstance(func(s *PrefixCacheSelection) { list = append(list, s) })
+	return list
+}
+
+func methodNotAllowed(r *http.Request, want string) error {
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed, use %s", r.Method, want)}
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// Interface guards
+var _ caddy.AdminRouter = (*AdminAPI)(nil)

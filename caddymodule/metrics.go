@@ -1,0 +1,167 @@
+package caddymodule
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixcache/caddy-prefixcache/selection"
+)
+
+// The metrics are created once per process and registered into each
+// config's registry, so counters keep counting across reloads. Their labels
+// are bounded: a reason or skip cause from a fixed set, or an upstream's
+// Dial. Nothing derived from a prompt is ever a label.
+var metrics = newMetricSet()
+
+type metricSet struct {
+	selections      *prometheus.CounterVec
+	peeks           *prometheus.CounterVec
+	matchedFraction prometheus.Histogram
+	promptBytes     prometheus.Counter
+	matchedBytes    prometheus.Counter
+	state           stateCollector
+}
+
+const namespace, subsystem = "caddy", "prefix_cache"
+
+func newMetricSet() *metricSet {
+	m := &metricSet{
+		selections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "selections_total",
+			Help: "Upstream selections by reason: match, spill, spill_cold, cold, cold_spill, least_loaded, or fallback for requests the policy could not route on.",
+		}, []string{"reason"}),
+		peeks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "body_peeks_total",
+			Help: "Request bodies examined, by outcome: routed, or why the body was left to the fallback policy.",
+		}, []string{"outcome"}),
+		matchedFraction: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:    "matched_fraction",
+			Help:    "Fraction of each routed prompt the chosen upstream was believed to hold in its KV cache.",
+			Buckets: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1},
+		}),
+		promptBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "prompt_bytes_total",
+			Help: "Bytes of routing text of routed requests.",
+		}),
+		matchedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "predicted_hit_bytes_total",
+			Help: "Bytes of routing text the chosen upstreams were believed to hold: the predicted prefix-cache hits.",
+		}),
+	}
+	// Every label value exists from the start, so rates work from zero.
+	for _, r := range selection.Reasons() {
+		if r.String() != "none" {
+			m.selections.WithLabelValues(r.String())
+		}
+	}
+	m.selections.WithLabelValues("fallback")
+	m.peeks.WithLabelValues("routed")
+	for c := skipCause(1); int(c) < len(skipNames); c++ {
+		m.peeks.WithLabelValues(c.String())
+	}
+	return m
+}
+
+// registerMetrics registers the collectors into a config's registry; a
+// collector already there (another instance of this config) is fine.
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{
+		metrics.selections, metrics.peeks, metrics.matchedFraction,
+		metrics.promptBytes, metrics.matchedBytes, &metrics.state,
+	} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *metricSet) skipped(cause skipCause) {
+	m.peeks.WithLabelValues(cause.String()).Inc()
+	m.selections.WithLabelValues("fallback").Inc()
+}
+
+func (m *metricSet) selected(d decision) {
+	m.peeks.WithLabelValues("routed").Inc()
+	m.selections.WithLabelValues(d.reason).Inc()
+	m.promptBytes.Add(float64(d.promptBytes))
+	m.matchedBytes.Add(float64(d.matched))
+	if d.promptBytes > 0 {
+		m.matchedFraction.Observe(float64(d.matched) / float64(d.promptBytes))
+	}
+}
+
+// stateCollector reports the indexes and the upstreams of the running
+// configs when scraped.
+type stateCollector struct{}
+
+var (
+	descEntries = prometheus.NewDesc("caddy_prefix_cache_index_entries",
+		"Prefixes the indexes remember.", nil, nil)
+	descCapacity = prometheus.NewDesc("caddy_prefix_cache_index_capacity",
+		"Most prefixes the indexes may remember (max_entries, summed over indexes).", nil, nil)
+	descBytes = prometheus.NewDesc("caddy_prefix_cache_index_bytes",
+		"Memory held by the indexes.", nil, nil)
+	descEvictions = prometheus.NewDesc("caddy_prefix_cache_index_evictions_total",
+		"Prefixes forgotten to stay within max_entries.", nil, nil)
+	descInFlight = prometheus.NewDesc("caddy_prefix_cache_upstream_in_flight",
+		"Requests in flight to the upstream from this Caddy.", []string{"upstream"}, nil)
+	descOwned = prometheus.NewDesc("caddy_prefix_cache_upstream_owned_entries",
+		"Index entries the upstream is believed to hold: its share of the learned prefixes.", []string{"upstream"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descOwned} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
+	var entries, capacity, bytes, evictions float64
+	owned := map[string]int{}
+	seen := map[*sharedState]bool{}
+	inFlight := map[string]int{}
+	eachInstance(func(s *PrefixCacheSelection) {
+		if pool := s.lastPool.Load(); pool != nil {
+			for _, u := range *pool {
+				inFlight[u.Dial] = u.NumRequests()
+			}
+		}
+		if seen[s.state] {
+			return
+		}
+		seen[s.state] = true
+		st := s.state.index.Stats()
+		entries += float64(st.Entries)
+		capacity += float64(st.Capacity)
+		bytes += float64(st.Bytes)
+		evictions += float64(st.Evictions)
+		for name, n := range s.state.index.Owned() {
+			owned[name] += n
+		}
+	})
+	ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, entries)
+	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, capacity)
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, bytes)
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, evictions)
+	for name, n := range inFlight {
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), name)
+	}
+	for name, n := range owned {
+		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(n), name)
+	}
+}

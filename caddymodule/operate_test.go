@@ -1,0 +1,319 @@
+package caddymodule_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scrape returns the value of each sample of Caddy's /metrics whose line
+// starts with one of the given series, as "name{labels}" -> value.
+func scrape(t *testing.T, admin string, prefixes ...string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				i := strings.LastIndexByte(line, ' ')
+				v, err := strconv.ParseFloat(line[i+1:], 64)
+				if err != nil {
+					t.Fatalf("metric line %q: %v", line, err)
+				}
+				out[line[:i]] = v
+			}
+		}
+	}
+	return out
+}
+
+type adminStats struct {
+	Instances []struct {
+		Entries   int `json:"entries"`
+		Upstreams []struct {
+			Dial  string `json:"dial"`
+			Owned int    `json:"owned_entries"`
+		} `json:"upstreams"`
+		Indexed map[string]int `json:"indexed_upstreams"`
+	} `json:"instances"`
+}
+
+func getStats(t *testing.T, admin string) adminStats {
+	t.Helper()
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st adminStats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("decoding stats: %v", err)
+	}
+	return st
+}
+
+// reload replaces the running config, as `caddy reload` does.
+func reload(t *testing.T, admin, sites string) {
+	t.Helper()
+	cfg := caddyfileJSON(t, globalOptions(t, "admin "+strings.TrimPrefix(admin, "http://"), t.TempDir())+sites)
+	resp, err := http.Post(admin+"/load", "application/json", bytes.NewReader(cfg))
+	if err != nil {
+		t.Fatalf("reloading: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reloading: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Metrics appear, move with traffic, and survive a reload; the index's
+// entries do too, so a reload does not cost what the fleet has cached.
+func TestMetricsAndIndexSurviveReload(t *testing.T) {
+	bs := newBackends(t, 3)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+
+	// Counters are process-wide (they survive reloads), so other tests'
+	// traffic is in them: compare against a baseline.
+	base := scrape(t, admin, "caddy_prefix_cache_")
+	system := words("reload-system", 600)
+	home, _ := post(t, http.DefaultClient, url, chat(system, "first"))
+	post(t, http.DefaultClient, url, chat(system, "second"))
+	post(t, http.DefaultClient, url, []byte("not json at all"))
+
+	m := scrape(t, admin, "caddy_prefix_cache_")
+	counted := map[string]float64{
+		`caddy_prefix_cache_selections_total{reason="cold"}`:      1,
+		`caddy_prefix_cache_selections_total{reason="match"}`:     1,
+		`caddy_prefix_cache_selections_total{reason="fallback"}`:  1,
+		`caddy_prefix_cache_body_peeks_total{outcome="routed"}`:   2,
+		`caddy_prefix_cache_body_peeks_total{outcome="not_json"}`: 1,
+		`caddy_prefix_cache_matched_fraction_count`:               2,
+	}
+	for series, want := range counted {
+		if got, ok := m[series]; !ok || got-base[series] != want {
+			t.Errorf("%s rose by %v (present %v), want %v", series, got-base[series], ok, want)
+		}
+	}
+	gauges := map[string]float64{
+		`caddy_prefix_cache_index_capacity`:                                      1 << 20,
+		`caddy_prefix_cache_upstream_in_flight{upstream="` + bs[0].addr() + `"}`: 0,
+	}
+	for series, want := range gauges {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	entries := m["caddy_prefix_cache_index_entries"]
+	if entries < 10 || m["caddy_prefix_cache_index_bytes"] <= 0 || m["caddy_prefix_cache_predicted_hit_bytes_total"] <= 0 {
+		t.Errorf("index metrics did not move: %v", m)
+	}
+	var homeDial string
+	for _, b := range bs {
+		if b.name == home {
+			homeDial = b.addr()
+		}
+	}
+	if m[`caddy_prefix_cache_upstream_owned_entries{upstream="`+homeDial+`"}`] != entries {
+		t.Errorf("owned entries of %s = %v, want all %v", homeDial, m[`caddy_prefix_cache_upstream_owned_entries{upstream="`+homeDial+`"}`], entries)
+	}
+
+	// A reload that keeps the chunking and bound (here: a new allowance)
+	// keeps the index and the counters.
+	reload(t, admin, proxySite(port, bs, "", "load_allowance 8"))
+	after := scrape(t, admin, "caddy_prefix_cache_")
+	if got := after["caddy_prefix_cache_index_entries"]; got != entries {
+		t.Errorf("index entries after reload = %v, want %v kept", got, entries)
+	}
+	if series := `caddy_prefix_cache_selections_total{reason="match"}`; after[series] != m[series] {
+		t.Errorf("match selections after reload = %v, want %v kept", after[series], m[series])
+	}
+	// And routing uses what was learned before the reload: a new
+	// conversation with the cached system prompt goes where it is cached.
+	for i := range 4 {
+		if got, _ := post(t, http.DefaultClient, url, chat(system, fmt.Sprintf("after reload %d", i))); got != home {
+			t.Errorf("after reload, request %d went to %s, want %s where the prompt is cached", i, got, home)
+		}
+	}
+}
+
+// Placeholders explain each selection, for headers and access logs.
+func TestPlaceholders(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	names := []string{"reason", "skip", "dialect", "prompt_bytes", "matched_bytes", "preferred", "upstream", "spilled"}
+	var ops []string
+	for _, n := range names {
+		ops = append(ops, fmt.Sprintf("header_down X-PC-%s {http.reverse_proxy.prefix_cache.%s}", n, n))
+	}
+	startCaddy(t, proxySite(port, bs, strings.Join(ops, "\n\t\t"), ""))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+
+	get := func(body []byte, contentType string) http.Header {
+		resp, err := http.Post(url, contentType, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header
+	}
+	system := words("placeholder-system", 300)
+	first := get(chat(system, "one"), "application/json")
+	second := get(chat(system, "one", "answer", "two"), "application/json")
+	skipped := get([]byte("<html>"), "text/html")
+
+	addrs := map[string]string{}
+	for _, b := range bs {
+		addrs[b.name] = b.addr()
+	}
+	tests := []struct {
+		name   string
+		header http.Header
+		key    string
+		want   string
+	}{
+		{"cold reason", first, "reason", "cold"},
+		{"dialect", first, "dialect", "openai_chat"},
+		{"cold matched", first, "matched_bytes", "0"},
+		{"not spilled", first, "spilled", "false"},
+		{"chosen upstream", first, "upstream", addrs[first.Get("X-Backend")]},
+		{"preferred", first, "preferred", addrs[first.Get("X-Backend")]},
+		{"match reason", second, "reason", "match"},
+		{"fallback reason", skipped, "reason", "fallback"},
+		{"skip cause", skipped, "skip", "content_type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.header.Get("X-PC-" + tt.key); got != tt.want {
+				t.Errorf("{http.reverse_proxy.prefix_cache.%s} = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+	prompt, _ := strconv.Atoi(second.Get("X-PC-prompt_bytes"))
+	matched, _ := strconv.Atoi(second.Get("X-PC-matched_bytes"))
+	if prompt <= len(system) || matched < len(system)-256 || matched > prompt {
+		t.Errorf("second turn: prompt_bytes %d, matched_bytes %d; want matched to cover the %d-byte system prompt and first turn", prompt, matched, len(system))
+	}
+}
+
+// The admin API reports, dry-runs without recording, and flushes.
+func TestAdminAPI(t *testing.T) {
+	bs := newBackends(t, 3)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+
+	system := words("admin-system", 600)
+	home, _ := post(t, http.DefaultClient, url, chat(system, "first"))
+	st := getStats(t, admin)
+	if len(st.Instances) != 1 || len(st.Instances[0].Upstreams) != 3 || st.Instances[0].Entries == 0 {
+		t.Fatalf("stats = %+v, want one instance with 3 upstreams and entries", st)
+	}
+	entries := st.Instances[0].Entries
+
+	// A dry run answers like the site would, and records nothing.
+	resp, err := http.Post(admin+"/prefix_cache/dry_run", "application/json", bytes.NewReader(chat(system, "dry")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dry struct {
+		Results []struct {
+			Routed   bool   `json:"routed"`
+			Reason   string `json:"reason"`
+			Upstream string `json:"upstream"`
+		} `json:"results"`
+	}
+	json.NewDecoder(resp.Body).Decode(&dry)
+	resp.Body.Close()
+	var homeDial string
+	for _, b := range bs {
+		if b.name == home {
+			homeDial = b.addr()
+		}
+	}
+	if len(dry.Results) != 1 || !dry.Results[0].Routed || dry.Results[0].Reason != "match" || dry.Results[0].Upstream != homeDial {
+		t.Errorf("dry run = %+v, want a match on %s", dry.Results, homeDial)
+	}
+	if got := getStats(t, admin).Instances[0].Entries; got != entries {
+		t.Errorf("entries after dry run = %d, want %d: a dry run must not record", got, entries)
+	}
+
+	// Bad requests get clear errors.
+	for _, tt := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodGet, "/prefix_cache/dry_run", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/prefix_cache/flush?instance=7", http.StatusBadRequest},
+	} {
+		req, _ := http.NewRequest(tt.method, admin+tt.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s %s = %d, want %d", tt.method, tt.path, resp.StatusCode, tt.want)
+		}
+	}
+
+	// Flush forgets what was learned.
+	resp, err = http.Post(admin+"/prefix_cache/flush", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := getStats(t, admin).Instances[0].Entries; got != 0 {
+		t.Errorf("entries after flush = %d, want 0", got)
+	}
+}
+
+// An upstream removed from the config is forgotten once it has been absent
+// for forget_after; the others keep what they hold.
+func TestRemovedUpstreamIsForgotten(t *testing.T) {
+	bs := newBackends(t, 3)
+	port := freePort(t)
+	opts := "forget_after 100ms"
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", opts))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	for c := range 12 {
+		post(t, http.DefaultClient, url, chat("sys", words(fmt.Sprintf("forget%d", c), 200)))
+	}
+	if got := getStats(t, admin).Instances[0].Indexed; len(got) != 3 {
+		t.Fatalf("indexed upstreams = %v, want all 3", got)
+	}
+
+	reload(t, admin, proxySite(port, bs[:2], "", opts))
+	post(t, http.DefaultClient, url, chat("sys", "after reload")) // the new config's pool is now known
+	gone := bs[2].addr()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		indexed := getStats(t, admin).Instances[0].Indexed
+		if _, ok := indexed[gone]; !ok {
+			if len(indexed) != 2 {
+				t.Errorf("indexed upstreams = %v, want the 2 that remain", indexed)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still indexed 10s after it left the config: %v", gone, indexed)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+}
