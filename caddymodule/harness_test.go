@@ -44,8 +44,15 @@ type received struct {
 
 func newBackend(t *testing.T, name string) *backend {
 	t.Helper()
+	return newBackendOn(t, name, nil)
+}
+
+// newBackendOn is newBackend on a listener of the test's (nil: any
+// loopback port).
+func newBackendOn(t *testing.T, name string, ln net.Listener) *backend {
+	t.Helper()
 	b := &backend{name: name}
-	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -68,6 +75,11 @@ func newBackend(t *testing.T, name string) *backend {
 		w.Header().Set("X-Backend", b.name)
 		fmt.Fprintf(w, `{"backend":%q,"bytes":%d}`, b.name, len(body))
 	}))
+	if ln != nil {
+		b.srv.Listener.Close()
+		b.srv.Listener = ln
+	}
+	b.srv.Start()
 	t.Cleanup(b.srv.Close)
 	return b
 }
