@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Histogram buckets of vLLM V1 (vllm/v1/metrics/loggers.py).
+var (
+	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+)
+
+// histogram is a Prometheus histogram; counts are per bucket, not
+// cumulative, the last one being +Inf.
+type histogram struct {
+	bounds []float64
+	counts []uint64
+	sum    float64
+	count  uint64
+}
+
+func newHistogram(bounds []float64) histogram {
+	return histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
+	}
+	h.counts[i]++
+	h.sum += v
+	h.count++
+}
+
+func (h histogram) clone() histogram {
+	h.counts = append([]uint64(nil), h.counts...)
+	return h
+}
+
+// metricsSnapshot is what /metrics shows, copied under the engine's lock.
+type metricsSnapshot struct {
+	c                counters
+	running, waiting int
+	usage            float64
+}
+
+// handleMetrics serves the Prometheus text format (version 0.0.4) with
+// vLLM's metric names and labels.
+func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	s := metricsSnapshot{
+		c:       e.sched.c,
+		running: len(e.sched.running),
+		waiting: len(e.sched.waiting),
+		usage:   e.usageLocked(),
+	}
+	s.c.ttft, s.c.e2e = s.c.ttft.clone(), s.c.e2e.clone()
+	e.mu.Unlock()
+
+	var b bytes.Buffer
+	labels := `model_name="` + escapeLabel(e.cfg.Model) + `",engine="0"`
+	gauge := func(name, help string, v float64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s{%s} %s\n", name, help, name, name, labels, formatFloat(v))
+	}
+	counter := func(name, help string, v int64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s{%s} %d\n", name, help, name, name, labels, v)
+	}
+	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(s.running))
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(s.waiting))
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.usage)
+	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", s.c.promptTokens)
+	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", s.c.cachedTokens)
+	counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", s.c.preemptions)
+	counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", s.c.promptTokens)
+	counter("vllm:generation_tokens_total", "Number of generation tokens processed.", s.c.generatedTokens)
+	name := "vllm:request_success_total"
+	fmt.Fprintf(&b, "# HELP %s Count of successfully processed requests.\n# TYPE %s counter\n", name, name)
+	fmt.Fprintf(&b, "%s{%s,finished_reason=\"length\"} %d\n", name, labels, s.c.finishedLength)
+	fmt.Fprintf(&b, "%s{%s,finished_reason=\"stop\"} %d\n", name, labels, s.c.finishedStop)
+	fmt.Fprintf(&b, "%s{%s,finished_reason=\"abort\"} %d\n", name, labels, s.c.aborted)
+	writeHistogram(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels, s.c.ttft)
+	writeHistogram(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", labels, s.c.e2e)
+
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+func writeHistogram(b *bytes.Buffer, name, help, labels string, h histogram) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	var cum uint64
+	for i, c := range h.counts {
+		cum += c
+		le := "+Inf"
+		if i < len(h.bounds) {
+			le = formatFloat(h.bounds[i])
+		}
+		fmt.Fprintf(b, "%s_bucket{%s,le=\"%s\"} %d\n", name, labels, le, cum)
+	}
+	fmt.Fprintf(b, "%s_sum{%s} %s\n", name, labels, formatFloat(h.sum))
+	fmt.Fprintf(b, "%s_count{%s} %d\n", name, labels, h.count)
+}
+
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func escapeLabel(s string) string { return labelEscaper.Replace(s) }

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestColdWarmTTFT runs the default model in real time and measures, at the
+// HTTP client, the time to the first streamed token of an 8k-token chat
+// prompt on a cold engine and again once it is cached. The expected values
+// come from the cost model (see the package documentation):
+//
+//	cold: frontend 10 ms + 8k x 1 µs, then one step of 7 ms + 8k x 60 µs  ~ 0.5 s
+//	warm: frontend 18 ms, then one step of 7 ms + 16 x 60 µs              ~ 26 ms
+func TestColdWarmTTFT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs in real time")
+	}
+	te := startEngine(t, DefaultConfig(), false)
+	body, _ := json.Marshal(chatBody(4, "You answer questions about the document.", "Document:"+words("doc", 7950)+"\nSummarize it."))
+	var req map[string]any
+	json.Unmarshal(body, &req)
+	req["stream"] = true
+	req["stream_options"] = map[string]any{"include_usage": true}
+	body, _ = json.Marshal(req)
+
+	ttft := func() (time.Duration, *apiUsage) {
+		start := time.Now()
+		resp, err := http.Post(te.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var first time.Duration
+		var usage *apiUsage
+		readSSE(t, resp.Body, func(ev sseEvent) {
+			var c apiChat
+			if json.Unmarshal([]byte(ev.data), &c) != nil {
+				return
+			}
+			if first == 0 && len(c.Choices) > 0 && c.Choices[0].Delta.Content != nil && *c.Choices[0].Delta.Content != "" {
+				first = time.Since(start)
+			}
+			if c.Usage != nil {
+				usage = c.Usage
+			}
+		})
+		return first, usage
+	}
+	cold, u1 := ttft()
+	warm, u2 := ttft()
+	p := u1.PromptTokens
+	cfg := te.Config()
+	wantCold := cfg.frontendTime(p) + cfg.stepTime(p, 0)
+	wantWarm := cfg.frontendTime(p) + cfg.stepTime(p-u2.cached(), 0)
+	t.Logf("%d-token prompt: cold TTFT %v (model %v), warm TTFT %v (model %v, %d tokens cached): %.1fx",
+		p, cold.Round(time.Millisecond), wantCold.Round(time.Millisecond), warm.Round(time.Millisecond),
+		wantWarm.Round(time.Millisecond), u2.cached(), float64(cold)/float64(warm))
+	if p < 7900 || p > 8100 || u1.cached() != 0 || u2.cached() != (p-1)/16*16 {
+		t.Fatalf("prompt %d tokens, cached %d then %d: want ~8000, 0, all full blocks", p, u1.cached(), u2.cached())
+	}
+	// The engine's own work (JSON, tokenizing 32 KB) and the HTTP round
+	// trip add a few ms to the model; many more under the race detector.
+	slack, minRatio := 30*time.Millisecond, 10.0
+	if raceEnabled {
+		slack, minRatio = 150*time.Millisecond, 5
+	}
+	if cold < wantCold || cold > wantCold+slack {
+		t.Errorf("cold TTFT %v, want %v to %v", cold, wantCold, wantCold+slack)
+	}
+	if warm < wantWarm || warm > wantWarm+slack {
+		t.Errorf("warm TTFT %v, want %v to %v", warm, wantWarm, wantWarm+slack)
+	}
+	if ratio := float64(cold) / float64(warm); ratio < minRatio {
+		t.Errorf("cold/warm TTFT = %.1f, want at least %v", ratio, minRatio)
+	}
+}
