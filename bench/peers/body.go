@@ -1,0 +1,132 @@
+package peers
+
+import (
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+)
+
+// maxBody is the largest request body the peers read, prefix_cache's
+// default max_body.
+const maxBody = 4 << 20
+
+// varKey names the request variable holding what the peers read from the
+// body. Caddy's cloned request shares the original's variables, so a retry
+// finds it there and does not read the body again.
+const varKey = "bench_peers.request"
+
+// request is what the peers learn from one request's body.
+type request struct {
+	ok        bool         // the body is a request of a known dialect
+	text      []byte       // its routing text
+	model     string       // the top-level "model"
+	kind      dialect.Kind // its dialect
+	placement int          // length of the placement key (see dialect.Request)
+}
+
+// routingText returns what the peers need to route r, read from the body
+// once per request.
+func routingText(r *http.Request) *request {
+	if p, ok := caddyhttp.GetVar(r.Context(), varKey).(*request); ok {
+		return p
+	}
+	p := &request{}
+	if body := readBody(r, maxBody); body != nil {
+		text, req, err := dialect.Append(nil, body)
+		if err == nil {
+			p.ok = true
+			p.text = text
+			p.model = string(req.Model)
+			p.kind = req.Kind
+			p.placement = req.Placement
+		}
+	}
+	caddyhttp.SetVar(r.Context(), varKey, p)
+	return p
+}
+
+// readBody returns r's body if it is a POST with a JSON-ish body of at
+// most limit bytes, and puts the bytes it read back in front of the rest,
+// so the upstream receives the client's exact bytes. It leaves
+// Content-Length and Transfer-Encoding as they are. The conditions are
+// caddymodule/peek.go's readBody; the reading is simpler (one allocation
+// per request is fine in a benchmark).
+func readBody(r *http.Request, limit int64) []byte {
+	switch {
+	case r.Method != http.MethodPost,
+		r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0,
+		!identityEncoding(r.Header.Values("Content-Encoding")),
+		!jsonContentType(r.Header.Get("Content-Type")),
+		r.ContentLength > limit:
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	r.Body = &replayBody{head: buf, rest: r.Body, restErr: err}
+	if err != nil || int64(len(buf)) > limit || len(buf) == 0 {
+		return nil
+	}
+	return buf
+}
+
+// replayBody gives back the bytes read, then the rest of the client's
+// body. Copied from caddymodule/peek.go (which exports nothing): it does
+// not close the client's body if nothing has been read from it, so a retry
+// after a dial error finds the body whole.
+type replayBody struct {
+	head    []byte
+	off     int
+	rest    io.ReadCloser
+	restErr error // the error that stopped our own read, if any
+	read    bool
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	b.read = true
+	if b.off < len(b.head) {
+		n := copy(p, b.head[b.off:])
+		b.off += n
+		return n, nil
+	}
+	if b.restErr != nil {
+		return 0, b.restErr
+	}
+	return b.rest.Read(p)
+}
+
+func (b *replayBody) Close() error {
+	if !b.read {
+		return nil
+	}
+	return b.rest.Close()
+}
+
+// identityEncoding reports whether the body is sent as it is.
+func identityEncoding(values []string) bool {
+	for _, v := range values {
+		if v != "" && v != "identity" {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonContentType accepts what prefix_cache accepts: no type,
+// application/json, any +json type and text/plain.
+func jsonContentType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/plain" ||
+		(len(mt) > 5 && mt[len(mt)-5:] == "+json")
+}
