@@ -14,16 +14,18 @@
 // # Index
 //
 // An Index maps a chunk hash to at most MaxOwners upstream IDs, most recent
-// first. For a request's hashes, Depths tells each candidate upstream how many
-// leading chunks it is believed to hold; Record makes the chosen upstream an
-// owner of all of them. The index is split into shards by hash, each with its
+// first. For a request's hashes, Depths tells each candidate upstream how deep
+// a prefix of the request it is believed to hold: the position of the
+// deepest hash it owns, which, the hashes being chained, names the whole
+// prefix up to there. Record makes the chosen upstream an owner of all of
+// them. The index is split into shards by hash, each with its
 // own lock, its own least-recently-used list and its own share of
 // Config.MaxEntries. A request takes each shard's lock once for all its hashes
 // in that shard (they are grouped by shard first, in pooled scratch memory),
 // never once per hash.
 //
 // Only Record refreshes recency. Within a shard, Record refreshes the deepest
-// hashes first, so a prompt's shallow prefix, needed by every deeper match,
+// hashes first, so a prompt's shallow prefix, shared by more requests,
 // outlives its tail.
 //
 // # Memory

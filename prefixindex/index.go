@@ -113,10 +113,11 @@ type Index struct {
 
 // scratch is one request's working memory, pooled per Index.
 type scratch struct {
-	m      []uint64 // mixed hash per chunk
-	order  []uint32 // chunk positions, grouped by shard
-	end    []uint32 // end[s]: end of shard s's group in order
-	owners []uint64 // owner list per chunk (Depths)
+	m      []uint64                       // mixed hash per chunk
+	order  []uint32                       // chunk positions, grouped by shard
+	end    []uint32                       // end[s]: end of shard s's group in order
+	owners []uint64                       // owner list per chunk (Depths)
+	want   [(MaxIDs + 1 + 63) / 64]uint64 // ids still without a depth (Depths); all zero between uses
 }
 
 // maxPooledChunks keeps requests with absurdly many chunks from pinning large
@@ -251,19 +252,23 @@ func (ix *Index) isLive(id ID) bool {
 	return ix.live[id/32].Load()&(1<<(id%32)) != 0
 }
 
-// Depths sets depths[j], for each j < len(ids), to the number of leading
-// hashes all owned by ids[j]: the k such that ids[j] owns hashes[0..k-1] but
-// not hashes[k]. An upstream that does not own hashes[0] has depth 0 whatever
-// deeper hashes it owns. depths must be at least as long as ids.
+// Depths sets depths[j], for each j < len(ids), to the depth of the
+// deepest hash ids[j] owns: k when it owns hashes[k-1] and none deeper,
+// 0 when it owns none. Hashes are chained, so owning hashes[k-1] means
+// ids[j] was sent the whole prefix through chunk k-1; it need not still own
+// the shallower entries themselves. A hot shallow prefix (a system prompt
+// every request shares) keeps only its MaxOwners most recent owners, and an
+// upstream that dropped off that list still holds its deeper conversation.
+// depths must be at least as long as ids.
 //
 // Depths does not refresh recency: only Record does. Every request that is
 // routed is recorded right after, which refreshes exactly the entries that
 // mattered, while a lookup that is not followed by a Record (the request
 // went elsewhere or failed) should not keep a prefix alive.
 //
-// Depths takes the lock of hashes[0]'s shard and stops there when no ids[j]
-// owns it (a cold request). Otherwise it takes each shard's lock once for
-// all the remaining hashes in that shard.
+// Depths takes each shard's lock once for all the hashes in that shard,
+// then scans the owners from the deepest hash up, stopping once every id
+// has its depth.
 func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
 	depths = depths[:len(ids)]
 	clear(depths)
@@ -271,27 +276,10 @@ func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
 		return
 	}
 
-	key := uint64(hashes[0])
-	m := mix(key, ix.secret)
-	sh := &ix.shards[m&ix.shardMask]
-	sh.mu.Lock()
-	first := sh.owners(m, key)
-	sh.mu.Unlock()
-	warm := false
-	for j, id := range ids {
-		if id != 0 && holds(first, id) {
-			depths[j] = 1
-			warm = true
-		}
-	}
-	if !warm || len(hashes) == 1 {
-		return
-	}
-
-	rest := hashes[1:]
 	sc := ix.pool.Get().(*scratch)
-	ix.group(sc, rest)
-	sc.owners = slices.Grow(sc.owners[:0], len(rest))[:len(rest)]
+	defer ix.release(sc)
+	ix.group(sc, hashes)
+	sc.owners = slices.Grow(sc.owners[:0], len(hashes))[:len(hashes)]
 	start := uint32(0)
 	for s, end := range sc.end {
 		if start == end {
@@ -300,22 +288,39 @@ func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
 		sh := &ix.shards[s]
 		sh.mu.Lock()
 		for _, i := range sc.order[start:end] {
-			sc.owners[i] = sh.owners(sc.m[i], uint64(rest[i]))
+			sc.owners[i] = sh.owners(sc.m[i], uint64(hashes[i]))
 		}
 		sh.mu.Unlock()
 		start = end
 	}
-	for j, id := range ids {
-		if depths[j] == 0 {
-			continue
+
+	// want marks the ids still without a depth; the deepest owner list
+	// that names one gives it.
+	remaining := 0
+	for _, id := range ids {
+		if id != 0 && sc.want[id/64]&(1<<(id%64)) == 0 {
+			sc.want[id/64] |= 1 << (id % 64)
+			remaining++
 		}
-		d := 0
-		for d < len(rest) && holds(sc.owners[d], id) {
-			d++
-		}
-		depths[j] = 1 + d
 	}
-	ix.release(sc)
+	for k := len(hashes) - 1; k >= 0 && remaining > 0; k-- {
+		for o := sc.owners[k]; o != 0; o >>= 16 {
+			id := ID(o)
+			if sc.want[id/64]&(1<<(id%64)) == 0 {
+				continue
+			}
+			sc.want[id/64] &^= 1 << (id % 64)
+			remaining--
+			for j, x := range ids {
+				if x == id {
+					depths[j] = k + 1
+				}
+			}
+		}
+	}
+	for _, id := range ids {
+		sc.want[id/64] &^= 1 << (id % 64)
+	}
 }
 
 // Record notes that owner now holds every prefix in hashes, as its most

@@ -243,9 +243,12 @@ func TestDepths(t *testing.T) {
 		{"holds 0..4 not 5", []rec{{h[:5], "A"}}, h, []string{"A"}, []int{5}},
 		{"holds all", []rec{{h, "A"}}, h, []string{"A"}, []int{8}},
 		{"query shorter than holding", []rec{{h, "A"}}, h[:3], []string{"A"}, []int{3}},
-		{"missing chunk 0", []rec{{h[1:6], "A"}}, h, []string{"A"}, []int{0}},
-		{"holds only chunk 3", []rec{{h[3:4], "A"}}, h, []string{"A"}, []int{0}},
-		{"gap at 3", []rec{{h[:3], "A"}, {h[4:], "A"}}, h, []string{"A"}, []int{3}},
+		// Hashes are chained: owning chunk k means having been sent the
+		// whole prefix through it, whatever became of the shallower entries.
+		{"missing chunk 0", []rec{{h[1:6], "A"}}, h, []string{"A"}, []int{6}},
+		{"holds only chunk 3", []rec{{h[3:4], "A"}}, h, []string{"A"}, []int{4}},
+		{"gap at 3", []rec{{h[:3], "A"}, {h[4:], "A"}}, h, []string{"A"}, []int{8}},
+		{"dropped off a hot chunk 0", []rec{{h, "A"}, {h[:1], "B"}, {h[:1], "C"}, {h[:1], "D"}, {h[:1], "E"}}, h, []string{"A", "B", "E", "F"}, []int{8, 1, 1, 0}},
 		{"other prompt", []rec{{other, "A"}}, h, []string{"A"}, []int{0}},
 		{"replicated", []rec{{h[:6], "A"}, {h[:3], "B"}}, h, []string{"A", "B", "C"}, []int{6, 3, 0}},
 		{"shared prefix then diverge", []rec{{append(h[:2:2], other[2:]...), "A"}, {h, "B"}}, h, []string{"A", "B"}, []int{2, 8}},
@@ -538,13 +541,12 @@ func (m *model) forget(id ID) {
 }
 
 func (m *model) depth(hs []Hash, id ID) int {
-	for i, h := range hs {
-		e, ok := m.shards[m.shard(h)][h]
-		if !ok || !slices.Contains(e.owners, id) {
-			return i
+	for i := len(hs) - 1; i >= 0; i-- {
+		if e, ok := m.shards[m.shard(hs[i])][hs[i]]; ok && slices.Contains(e.owners, id) {
+			return i + 1
 		}
 	}
-	return len(hs)
+	return 0
 }
 
 func (m *model) entries() int {
