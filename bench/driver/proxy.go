@@ -1,0 +1,162 @@
+package driver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the caddyfile adapter
+	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy and the stock policies
+
+	_ "github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
+)
+
+// Response headers set by the Caddyfile's header_down lines, read by the
+// client to attribute each request to an upstream.
+const (
+	UpstreamHeader = "X-Upstream"
+	ReasonHeader   = "X-Prefix-Cache"
+)
+
+// Proxy is a Caddy running in this process. Caddy's configuration is
+// process-wide, so at most one Proxy runs at a time.
+type Proxy struct {
+	// URL is the proxy's base URL, e.g. "http://127.0.0.1:41234".
+	URL string
+}
+
+// StartProxy loads a Caddy configuration built from caddyfile, whose
+// {$LISTEN} and {$UPSTREAMS} environment placeholders are filled in with a
+// free local port and upstreams, and whose reverse_proxy handlers get the
+// selection policy p (unless p keeps the Caddyfile's own). The admin API is
+// disabled and config persistence turned off, so that concurrent benchmarks
+// and a developer's own Caddy are not disturbed.
+func StartProxy(caddyfile []byte, upstreams []string, p Policy) (*Proxy, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg, err := AdaptCaddyfile(caddyfile, map[string]string{
+		"LISTEN":    addr,
+		"UPSTREAMS": strings.Join(upstreams, " "),
+	}, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		return nil, fmt.Errorf("loading Caddy config: %w", err)
+	}
+	return &Proxy{URL: "http://" + addr}, nil
+}
+
+// Stop stops Caddy.
+func (p *Proxy) Stop() error {
+	return caddy.Stop()
+}
+
+// AdaptCaddyfile expands the environment placeholders {$NAME} and
+// {$NAME:default} of caddyfile whose NAME is in vars (others are left to
+// Caddy), adapts it to JSON, sets the selection policy of every
+// reverse_proxy handler to p's, and makes the configuration quiet and
+// self-contained: admin API off, no config persistence, error-level logs.
+func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy) ([]byte, error) {
+	src := expandVars(caddyfile, vars)
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	if adapter == nil {
+		return nil, errors.New("caddyfile adapter not registered")
+	}
+	raw, warnings, err := adapter.Adapt(src, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return nil, fmt.Errorf("adapting Caddyfile: %w", err)
+	}
+	_ = warnings // formatting hints only
+
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("decoding adapted config: %w", err)
+	}
+	var policy any
+	if len(p.Selection) > 0 {
+		if err := json.Unmarshal(p.Selection, &policy); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+	}
+	n := patchProxies(cfg, policy)
+	if n == 0 {
+		return nil, errors.New("the Caddyfile has no reverse_proxy handler")
+	}
+	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
+	cfg["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
+	return json.Marshal(cfg)
+}
+
+// patchProxies sets the selection policy of every reverse_proxy handler
+// under v to policy (if not nil) and returns how many it found.
+func patchProxies(v any, policy any) int {
+	n := 0
+	switch v := v.(type) {
+	case map[string]any:
+		if v["handler"] == "reverse_proxy" {
+			n++
+			if policy != nil {
+				lb, _ := v["load_balancing"].(map[string]any)
+				if lb == nil {
+					lb = map[string]any{}
+					v["load_balancing"] = lb
+				}
+				lb["selection_policy"] = policy
+			}
+		}
+		for _, c := range v {
+			n += patchProxies(c, policy)
+		}
+	case []any:
+		for _, c := range v {
+			n += patchProxies(c, policy)
+		}
+	}
+	return n
+}
+
+// expandVars replaces {$NAME} and {$NAME:default} for the names in vars,
+// as Caddy's Caddyfile lexer does with the process environment.
+func expandVars(src []byte, vars map[string]string) []byte {
+	var out bytes.Buffer
+	for {
+		i := bytes.Index(src, []byte("{$"))
+		if i < 0 {
+			out.Write(src)
+			return out.Bytes()
+		}
+		j := bytes.IndexByte(src[i:], '}')
+		if j < 0 {
+			out.Write(src)
+			return out.Bytes()
+		}
+		name, _, _ := strings.Cut(string(src[i+2:i+j]), ":")
+		val, ok := vars[name]
+		out.Write(src[:i])
+		if ok {
+			out.WriteString(val)
+		} else {
+			out.Write(src[i : i+j+1])
+		}
+		src = src[i+j+1:]
+	}
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,181 @@
+package workload
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultMooncakeDir is where the Mooncake FAST'25 traces live, relative to
+// the repository root.
+const DefaultMooncakeDir = "../shared/data/mooncake"
+
+// MooncakeBlockTokens is the tokens covered by one hash id of a Mooncake
+// trace.
+const MooncakeBlockTokens = 512
+
+// Mooncake configures the replay of a Mooncake trace (JSON Lines of
+// timestamp in ms, input_length, output_length, hash_ids). Text is
+// synthesized per hash id: block id's text is a newline followed by 511
+// pseudo-words drawn from a generator seeded with the id, 512 tokens, so
+// requests with identical leading ids have byte-identical leading text, and
+// the last block is cut to fit input_length.
+type Mooncake struct {
+	// Path of the trace file.
+	Path string
+
+	// Start and Duration select the requests whose timestamp falls in
+	// [Start, Start+Duration); a zero Duration means to the end.
+	Start, Duration time.Duration
+
+	// Sample keeps this fraction of the conversations, chosen by a hash of
+	// their key (the second hash id: the turns of a conversation share
+	// their first turn's blocks), so kept conversations keep every turn.
+	// Zero or one keeps all.
+	Sample float64
+
+	// MaxTokens drops requests whose input plus output exceeds it (the
+	// engines' context length); zero keeps all.
+	MaxTokens int
+
+	// MaxRequests stops after this many requests; zero keeps all.
+	MaxRequests int
+
+	// Seed salts the sampling hash (not the text, which depends on the
+	// ids alone).
+	Seed uint64
+}
+
+// mooncakeLine is one line of a trace.
+type mooncakeLine struct {
+	Timestamp    float64 `json:"timestamp"`
+	InputLength  int     `json:"input_length"`
+	OutputLength int     `json:"output_length"`
+	HashIDs      []int64 `json:"hash_ids"`
+}
+
+// MooncakeStats counts what Load kept and dropped.
+type MooncakeStats struct {
+	Lines, Kept, TooLong, Sampled int
+}
+
+// Load reads the trace and returns the workload: one single-turn
+// conversation per request, in trace order, with Start the trace's
+// timestamp (from the window's start) and Rate the trace's own request rate
+// over the window.
+func (c Mooncake) Load() (*Workload, MooncakeStats, error) {
+	var st MooncakeStats
+	f, err := os.Open(c.Path)
+	if err != nil {
+		return nil, st, fmt.Errorf("opening trace: %w", err)
+	}
+	defer f.Close()
+
+	var convs []*Conversation
+	var first, last time.Duration
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		st.Lines++
+		var l mooncakeLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			return nil, st, fmt.Errorf("%s:%d: %w", c.Path, st.Lines, err)
+		}
+		if err := l.check(); err != nil {
+			return nil, st, fmt.Errorf("%s:%d: %w", c.Path, st.Lines, err)
+		}
+		at := time.Duration(l.Timestamp * float64(time.Millisecond))
+		if at < c.Start {
+			continue
+		}
+		if c.Duration > 0 && at >= c.Start+c.Duration {
+			break
+		}
+		key := l.HashIDs[0]
+		if len(l.HashIDs) > 1 {
+			key = l.HashIDs[1]
+		}
+		if c.Sample > 0 && c.Sample < 1 && float64(mix64(uint64(key)^mix64(c.Seed))>>11)/(1<<53) >= c.Sample {
+			st.Sampled++
+			continue
+		}
+		if c.MaxTokens > 0 && l.InputLength+l.OutputLength > c.MaxTokens {
+			st.TooLong++
+			continue
+		}
+		if len(convs) == 0 {
+			first = at
+		}
+		last = at
+		ids, n := l.HashIDs, l.InputLength
+		convs = append(convs, &Conversation{
+			ID:    fmt.Sprintf("mc-%d", key),
+			Start: at - c.Start,
+			Turns: []Turn{{
+				MaxTokens: max(1, l.OutputLength),
+				LazyBytes: n * BytesPerToken,
+				Lazy: func() []Message {
+					return []Message{{Role: "user", Content: MooncakeText(ids, n)}}
+				},
+			}},
+		})
+		st.Kept++
+		if c.MaxRequests > 0 && len(convs) >= c.MaxRequests {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, st, fmt.Errorf("reading trace: %w", err)
+	}
+	if len(convs) == 0 {
+		return nil, st, errors.New("no request of the trace selected")
+	}
+	rate := 1.0
+	if span := last - first; span > 0 {
+		rate = float64(len(convs)) / span.Seconds()
+	}
+	return &Workload{
+		Name: "mooncake",
+		Description: fmt.Sprintf("%s from %v for %v, sample %v: %d of %d requests (%d too long, %d sampled out)",
+			c.Path, c.Start, c.Duration, c.Sample, st.Kept, st.Lines, st.TooLong, st.Sampled),
+		Conversations: convs,
+		Rate:          rate,
+	}, st, nil
+}
+
+// check validates a trace line against the format's invariant.
+func (l mooncakeLine) check() error {
+	n := len(l.HashIDs)
+	if n == 0 {
+		return errors.New("hash_ids is empty")
+	}
+	if l.InputLength <= MooncakeBlockTokens*(n-1) || l.InputLength > MooncakeBlockTokens*n {
+		return fmt.Errorf("input_length %d does not fit %d blocks of %d tokens", l.InputLength, n, MooncakeBlockTokens)
+	}
+	return nil
+}
+
+// MooncakeText returns the synthesized text of a prompt of inputTokens
+// tokens made of the blocks ids: each full block is MooncakeBlockTokens
+// tokens, the last one is cut.
+func MooncakeText(ids []int64, inputTokens int) string {
+	var b strings.Builder
+	b.Grow(inputTokens * BytesPerToken)
+	for i, id := range ids {
+		n := min(MooncakeBlockTokens, inputTokens-i*MooncakeBlockTokens)
+		if n <= 0 {
+			break
+		}
+		b.WriteByte('\n')
+		appendWords(&b, newRNG(hashString("mooncake-block"), uint64(id)), n-1)
+	}
+	return b.String()
+}
