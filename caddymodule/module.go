@@ -19,7 +19,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -106,12 +105,13 @@ type PrefixCacheSelection struct {
 	// `least_conn`.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
-	fallback reverseproxy.Selector
-	chunker  prefixindex.Chunker
-	policy   selection.Policy
-	state    *sharedState
-	lastPool atomic.Pointer[reverseproxy.UpstreamPool]
-	logger   *zap.Logger
+	fallback  reverseproxy.Selector
+	chunker   prefixindex.Chunker
+	policy    selection.Policy
+	state     *sharedState
+	lastPool  atomic.Pointer[reverseproxy.UpstreamPool]
+	upstreams upstreamCache
+	logger    *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -267,18 +267,22 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 	if len(avoid) > 0 && !anyAvailableExcept(pool, avoid) {
 		avoid = nil
 	}
-	for _, u := range pool {
+	// IDs and rendezvous keys depend on the Dials alone: the cache keeps
+	// them per pool instead of an Intern and a hash per upstream per request.
+	tab := s.upstreams.table(s.state.index, pool)
+	for i, u := range pool {
 		if !u.Available() || slices.Contains(avoid, u.Dial) {
 			continue
 		}
-		id, err := s.state.index.Intern(u.Dial)
-		if err != nil {
-			// Only reachable with more distinct upstreams than IDs: route
-			// without this one rather than fail the request.
+		id := tab.ids[i]
+		if id == 0 {
+			// Only with more distinct upstreams than IDs: route without
+			// this one rather than fail the request.
 			continue
 		}
 		sc.ups = append(sc.ups, u)
 		sc.ids = append(sc.ids, id)
+		sc.cands = append(sc.cands, selection.Candidate{Key: tab.keys[i]})
 	}
 	if len(sc.ups) == 0 {
 		return nil, decision{}
@@ -286,11 +290,8 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(req.hashes, sc.ids, sc.depths)
 	for j, u := range sc.ups {
-		sc.cands = append(sc.cands, selection.Candidate{
-			Key:   xxh3.HashString(u.Dial),
-			Depth: sc.depths[j],
-			Load:  u.NumRequests(),
-		})
+		sc.cands[j].Depth = sc.depths[j]
+		sc.cands[j].Load = u.NumRequests()
 	}
 
 	choice := s.policy.Choose(sc.cands, req.placement)

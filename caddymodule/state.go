@@ -106,6 +106,11 @@ func (st *sharedState) sweep() {
 		if st.absent[name] >= 2 {
 			st.index.Forget(name)
 			delete(st.absent, name)
+			eachInstance(func(s *PrefixCacheSelection) {
+				if s.state == st {
+					s.upstreams.invalidate()
+				}
+			})
 		}
 	}
 }
