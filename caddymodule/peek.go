@@ -98,6 +98,11 @@ func (b *replayBody) Read(p []byte) (int, error) {
 	if b.off < len(b.head) {
 		n := copy(p, b.head[b.off:])
 		b.off += n
+		if b.off == len(b.head) {
+			// Replayed: a streamed response can last minutes, and the
+			// body need not be held for it.
+			b.head, b.off = nil, 0
+		}
 		return n, nil
 	}
 	if b.restErr != nil {

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the Caddyfile adapter
+	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy, least_conn
+
+	"github.com/prefixcache/caddy-prefixcache/bench/engine"
+	_ "github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
+)
+
+// The phases of a run, as fractions of its duration. Engine 0 is killed
+// (and later restarted with an empty cache on the same address), engine 1
+// wedges (accepts, never answers), engine 2 answers 503 to everything;
+// engine 3 stays healthy throughout.
+const (
+	phaseWarm      = iota // all four engines healthy
+	phaseKilled           // engine 0 dead
+	phaseHung             // and engine 1 wedged
+	phase503              // and engine 2 failing
+	phaseRestarted        // engine 0 back, cold
+	phaseDrain            // no new requests; the ones in flight finish
+	maxPhases
+)
+
+var phaseNames = [maxPhases]string{"warm", "killed", "hung", "503", "restarted", "drain"}
+
+// phaseStart is when each phase starts, as a fraction of the duration.
+var phaseStart = [...]float64{0, 0.25, 0.35, 0.45, 0.65}
+
+// Options of one run.
+type Options struct {
+	Policy   string        // the lb_policy line: "prefix_cache" or "least_conn"
+	Config   string        // "recommended" or "minimal" (see proxyOptions)
+	Duration time.Duration // from the first request to the last new one
+	Clients  int           // concurrent clients, each a sequence of conversations
+	Timeout  time.Duration // a client gives up on a request after this long: lost
+	Engine   engine.Config
+}
+
+// proxyOptions are the reverse_proxy options of each configuration.
+//
+// minimal is what the README's example shows: retries and an active
+// health check (its interval shortened to suit a run of seconds).
+//
+// recommended adds what makes an engine's failure cost no request:
+//   - lb_retry_match method POST: retry LLM requests (POSTs) after a
+//     transport error once the connection was made (the engine died or
+//     timed out mid-request); Caddy retries only GETs by default.
+//   - lb_retry_match on {rp.status_code} 502/503/504: retry a request an
+//     engine refused with a gateway error.
+//   - request_buffers: keep the body (up to the size given) so that a
+//     retry after it was sent can send it again; without it Caddy can
+//     retry only requests whose body was never read.
+//   - transport response_header_timeout: give up on an engine that
+//     accepted the request and never answers. It must be longer than the
+//     longest non-streaming generation (streaming responses send their
+//     headers at once).
+//   - passive health (fail_duration, max_fails, unhealthy_status 5xx):
+//     take an engine out at its first failure, before the next active
+//     check.
+//   - active health with a health_timeout, which takes out a wedged
+//     engine whose /health hangs too.
+//
+// In production scale the durations up: health_interval 5s,
+// health_timeout 2s, fail_duration 30s, dial_timeout 2s,
+// response_header_timeout above the longest non-streaming request
+// (minutes), lb_try_duration a little above it.
+var proxyOptions = map[string]string{
+	"minimal": `
+		lb_retries 2
+		health_uri /health
+		health_interval 100ms`,
+	"recommended": `
+		lb_retries 3
+		lb_try_duration 5s
+		lb_try_interval 50ms
+		lb_retry_match {
+			method POST
+		}
+		lb_retry_match {
+			expression ` + "`{rp.status_code} in [502, 503, 504]`" + `
+		}
+		request_buffers 4MiB
+		health_uri /health
+		health_interval 100ms
+		health_timeout 300ms
+		fail_duration 1s
+		max_fails 1
+		unhealthy_status 5xx
+		transport http {
+			dial_timeout 500ms
+			response_header_timeout 1s
+		}`,
+}
+
+// Result of one run.
+type Result struct {
+	Policy, Config string
+	Sent, OK, Lost int
+	LostBy         map[string]int // cause: "status 502", "timeout", ...
+	LostIn         [maxPhases]int // by the phase the request was sent in
+	Reached        [4][maxPhases]int64
+	Hung           [4]int64 // requests engine i held while wedged
+	P50, P99       time.Duration
+	Restarted      int64 // requests engine 0 served after its restart
+}
+
+// Run starts four engines and a Caddy in front of them, sends
+// opts.Clients concurrent conversations for opts.Duration while the
+// faults happen, and counts the requests lost: any request whose client
+// did not get a 200 with a completion.
+func Run(ctx context.Context, opts Options) (Result, error) {
+	res := Result{Policy: opts.Policy, Config: opts.Config, LostBy: map[string]int{}}
+	proxyOpts, ok := proxyOptions[opts.Config]
+	if !ok {
+		return res, fmt.Errorf("unknown config %q", opts.Config)
+	}
+	var phase atomic.Int32
+	nodes := make([]*node, 4)
+	var dials []string
+	for i := range nodes {
+		nodes[i] = newNode(fmt.Sprintf("engine%d", i), opts.Engine, &phase)
+		if err := nodes[i].start(); err != nil {
+			return res, err
+		}
+		defer nodes[i].close()
+		dials = append(dials, nodes[i].addr)
+	}
+
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	storage, err := os.MkdirTemp("", "faults-caddy")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(storage)
+	httpPort, _ := freePort()
+	httpsPort, _ := freePort()
+	caddyfile := fmt.Sprintf(`{
+	admin off
+	persist_config off
+	log default {
+		output discard
+	}
+	storage file_system %s
+	http_port %d
+	https_port %d
+}
+http://127.0.0.1:%d {
+	reverse_proxy %s {
+		lb_policy %s
+		%s
+	}
+}
+`, storage, httpPort, httpsPort, port, strings.Join(dials, " "), opts.Policy, proxyOpts)
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return res, fmt.Errorf("adapting Caddyfile: %w\n%s", err, caddyfile)
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		return res, fmt.Errorf("loading Caddy: %w", err)
+	}
+	defer caddy.Stop()
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+
+	// The clients: each runs conversations of up to 6 turns, until the run
+	// stops sending. Every other conversation opens with one of 8 long
+	// shared system prompts (prefix_cache sends it where that prompt is
+	// cached); the others with a short one, so prefix_cache places them by
+	// their opening, over every engine, and keeps their later turns there.
+	sending, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	type outcome struct {
+		phase   int32
+		latency time.Duration
+		lost    string // "" when served
+	}
+	outcomes := make(chan outcome, 1024)
+	var clients sync.WaitGroup
+	for c := range opts.Clients {
+		clients.Go(func() {
+			client := &http.Client{Timeout: opts.Timeout}
+			for conv := 0; sending.Err() == nil; conv++ {
+				system := "You are a helpful assistant."
+				if conv%2 == 0 {
+					system = systemPrompts[(c+conv/2)%len(systemPrompts)]
+				}
+				var history []string
+				for turn := 0; turn < 6 && sending.Err() == nil; turn++ {
+					history = append(history, fmt.Sprintf("client %d conversation %d turn %d: %s", c, conv, turn, question))
+					p := phase.Load()
+					start := time.Now()
+					answer, lost := ask(ctx, client, url, system, history)
+					outcomes <- outcome{p, time.Since(start), lost}
+					if lost != "" {
+						break // the user gives up on this conversation
+					}
+					history = append(history, answer)
+				}
+			}
+		})
+	}
+	var collected sync.WaitGroup
+	var latencies []time.Duration
+	collected.Go(func() {
+		for o := range outcomes {
+			res.Sent++
+			if o.lost == "" {
+				res.OK++
+				latencies = append(latencies, o.latency)
+				continue
+			}
+			res.Lost++
+			res.LostBy[o.lost]++
+			res.LostIn[o.phase]++
+		}
+	})
+
+	// The faults, on schedule.
+	start := time.Now()
+	at := func(f float64) <-chan time.Time {
+		return time.After(time.Until(start.Add(time.Duration(f * float64(opts.Duration)))))
+	}
+	steps := []func() error{
+		func() error { nodes[0].kill(); return nil },
+		func() error { nodes[1].setMode(modeHang); return nil },
+		func() error { nodes[2].setMode(mode503); return nil },
+		func() error { return nodes[0].start() },
+	}
+	for i, step := range steps {
+		select {
+		case <-at(phaseStart[i+1]):
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		phase.Store(int32(i + 1))
+		if err := step(); err != nil {
+			return res, fmt.Errorf("phase %s: %w", phaseNames[i+1], err)
+		}
+	}
+	select {
+	case <-at(1):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	phase.Store(phaseDrain)
+	stopSending()
+	// Requests in flight finish, or time out at the client; then the
+	// wedged engine's held requests are aborted (they were lost anyway).
+	drained := make(chan struct{})
+	go func() { clients.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(opts.Timeout + time.Second):
+		close(nodes[1].release)
+		<-drained
+	}
+	close(outcomes)
+	collected.Wait()
+
+	for i, n := range nodes {
+		for p := range maxPhases {
+			res.Reached[i][p] = n.reached[p].Load()
+		}
+		res.Hung[i] = n.hung.Load()
+	}
+	if e := nodes[0].engine(); e != nil {
+		res.Restarted = e.Stats().Finished
+	}
+	slices.Sort(latencies)
+	if len(latencies) > 0 {
+		res.P50 = latencies[len(latencies)/2]
+		res.P99 = latencies[len(latencies)*99/100]
+	}
+	return res, nil
+}
+
+// ask sends one chat turn and returns the assistant's answer, or why the
+// request was lost.
+func ask(ctx context.Context, client *http.Client, url, system string, history []string) (answer, lost string) {
+	msgs := []map[string]string{{"role": "system", "content": system}}
+	for i, h := range history {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]string{"role": role, "content": h})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "sim", "messages": msgs, "max_tokens": 8})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return "", "client timeout"
+		}
+		return "", "transport error"
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", "truncated response"
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Sprintf("status %d", resp.StatusCode)
+	}
+	var completion struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(out, &completion) != nil || len(completion.Choices) == 0 {
+		return "", "not a completion"
+	}
+	return completion.Choices[0].Message.Content, ""
+}
+
+// systemPrompts are 8 long shared system prompts (~3 KB each), so that
+// prefix_cache has affinity to keep and to lose.
+var systemPrompts = func() []string {
+	var ps []string
+	for g := range 8 {
+		var sb strings.Builder
+		for i := 0; sb.Len() < 3000; i++ {
+			fmt.Fprintf(&sb, "rule %d of assistant group %d: answer briefly and cite the policy. ", i, g)
+		}
+		ps = append(ps, sb.String())
+	}
+	return ps
+}()
+
+const question = "please summarise the previous answer and add one more detail about load balancing"
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
