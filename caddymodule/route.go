@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -93,7 +94,9 @@ func (s *PrefixCacheSelection) derive(r *http.Request, p *peeked) {
 	p.owner = s
 	sc := getScratch()
 	defer putScratch(sc)
-	text, req, err := dialect.Append(sc.text[:0], p.body)
+	// Routing text is at most about as long as the body: one allocation
+	// for a large body rather than a chain of doublings.
+	text, req, err := dialect.Append(slices.Grow(sc.text[:0], len(p.body)), p.body)
 	sc.text = text
 	switch {
 	case errors.Is(err, dialect.ErrUnknownDialect):
