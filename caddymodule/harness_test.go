@@ -103,15 +103,26 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// handedOut holds the ports freePort returned, so that it never returns
+// one twice: the kernel may offer a just-closed port again at once, and a
+// site port equal to the https_port fails the config.
+var handedOut sync.Map
+
+// freePort returns a loopback port that was free a moment ago and that
+// no earlier call returned.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, seen := handedOut.LoadOrStore(port, true); !seen {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // startCaddy adapts a Caddyfile and runs it in this process until the test
