@@ -25,6 +25,8 @@ import (
 
 	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // Benchmarks of the whole policy as Caddy's reverse_proxy calls it:
@@ -245,7 +247,7 @@ func benchSelect(b *testing.B, s *PrefixCacheSelection, pool reverseproxy.Upstre
 	br := newBenchRequest(bytes.Clone(body))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	clk := startCPU()
+	clk := cputime.Start()
 	for b.Loop() {
 		if cold {
 			stampBody(br.raw, stampSeq.Add(1))
@@ -255,7 +257,7 @@ func benchSelect(b *testing.B, s *PrefixCacheSelection, pool reverseproxy.Upstre
 			b.Fatal("Select returned nil")
 		}
 	}
-	clk.report(b)
+	clk.Report(b)
 	if p, _ := br.vars[varKey].(*peeked); p == nil || p.skip != skipNone {
 		b.Fatalf("request was not routed on: %+v", p)
 	}
@@ -305,14 +307,14 @@ func BenchmarkSelectStages(b *testing.B) {
 			br := newBenchRequest(body)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				br.reset()
 				if skip, _ := s.readBody(br.r); skip != skipNone {
 					b.Fatal(skip)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		// What the doubling read costs: the same bytes read into one
 		// buffer of the declared Content-Length + 1, as readBody did
@@ -321,7 +323,7 @@ func BenchmarkSelectStages(b *testing.B) {
 			br := newBenchRequest(body)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				br.reset()
 				buf := make([]byte, br.r.ContentLength+1)
@@ -331,19 +333,19 @@ func BenchmarkSelectStages(b *testing.B) {
 				}
 				br.r.Body = &replayBody{head: buf[:n], rest: br.body}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run("append/"+sizeName(size), func(b *testing.B) {
 			buf := make([]byte, 0, 2*len(body))
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				if _, _, err := dialect.Append(buf[:0], body); err != nil {
 					b.Fatal(err)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		// What derive's text buffer costs: grow is dialect.Append into a
 		// buffer that starts empty and grows by append, as derive's does
@@ -353,48 +355,48 @@ func BenchmarkSelectStages(b *testing.B) {
 		b.Run("append-grow/"+sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				if _, _, err := dialect.Append(nil, body); err != nil {
 					b.Fatal(err)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run("append-presized/"+sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				if _, _, err := dialect.Append(make([]byte, 0, len(body)), body); err != nil {
 					b.Fatal(err)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run("hash/"+sizeName(size), func(b *testing.B) {
 			dst := make([]prefixindex.Hash, 0, s.chunker.Len(len(text)))
 			seed := prefixindex.Seed([]byte("meta-llama/Llama-3.1-8B-Instruct"), nil, nil)
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				dst = s.chunker.Append(dst[:0], seed, text)
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run("route/"+sizeName(size), func(b *testing.B) {
 			br := newBenchRequest(body)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				br.reset()
 				if p := s.route(br.r); p.skip != skipNone {
 					b.Fatal(p.skip)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 	}
 }
@@ -416,26 +418,26 @@ func BenchmarkSelectJSON(b *testing.B) {
 		b.Run("struct/"+sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				var v chatRequest
 				if err := json.Unmarshal(body, &v); err != nil {
 					b.Fatal(err)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run("map/"+sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				var v map[string]any
 				if err := json.Unmarshal(body, &v); err != nil {
 					b.Fatal(err)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 	"github.com/prefixcache/caddy-prefixcache/selection"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // BenchmarkUpstreamKeys measures the per-upstream work of Select outside
@@ -28,7 +30,7 @@ func BenchmarkUpstreamKeys(b *testing.B) {
 		cands := make([]selection.Candidate, 0, n)
 		b.Run(fmt.Sprintf("intern/n=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				ids, cands = ids[:0], cands[:0]
 				for _, u := range pool {
@@ -43,12 +45,12 @@ func BenchmarkUpstreamKeys(b *testing.B) {
 					cands = append(cands, selection.Candidate{Key: xxh3.HashString(u.Dial), Load: u.NumRequests()})
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 		b.Run(fmt.Sprintf("cached/n=%d", n), func(b *testing.B) {
 			var c upstreamCache
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				ids, cands = ids[:0], cands[:0]
 				tab := c.table(ix, pool)
@@ -60,7 +62,7 @@ func BenchmarkUpstreamKeys(b *testing.B) {
 					cands = append(cands, selection.Candidate{Key: tab.keys[i], Load: u.NumRequests()})
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 	}
 }

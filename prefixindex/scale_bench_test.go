@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // Scaling benchmarks: how a request's index work (Depths over the
@@ -96,12 +98,12 @@ func BenchmarkEntries(b *testing.B) {
 		b.Run(fmt.Sprintf("warm/entries=%s", entriesName(n)), func(b *testing.B) {
 			depths := make([]int, len(ids))
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				ix.Depths(warm, ids, depths)
 				ix.Record(warm, ids[2])
 			}
-			clk.report(b)
+			clk.Report(b)
 			if depths[2] != chunks {
 				b.Fatalf("Depths = %v, want %d at 2", depths, chunks)
 			}
@@ -120,7 +122,7 @@ func BenchmarkEntries(b *testing.B) {
 				batches := uint64(n / 128)
 				seq := uint64(n)
 				b.ReportAllocs()
-				clk := startCPU()
+				clk := cputime.Start()
 				for b.Loop() {
 					seq = seq*6364136223846793005 + 1442695040888963407
 					j := batches/2 + (seq>>33)%(batches-batches/2)
@@ -132,7 +134,7 @@ func BenchmarkEntries(b *testing.B) {
 						ix.Record(hs, ids[j%uint64(len(ids))])
 					}
 				}
-				clk.report(b)
+				clk.Report(b)
 				b.ReportMetric(si.perEntry, "B/entry")
 			})
 		}
@@ -141,7 +143,7 @@ func BenchmarkEntries(b *testing.B) {
 			hs := make([]Hash, chunks)
 			next := uint64(1<<50) + uint64(n)<<20
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				for k := range hs {
 					next++
@@ -150,7 +152,7 @@ func BenchmarkEntries(b *testing.B) {
 				ix.Depths(hs, ids, depths)
 				ix.Record(hs, ids[int(next)%len(ids)])
 			}
-			clk.report(b)
+			clk.Report(b)
 			b.ReportMetric(si.perEntry, "B/entry")
 		})
 	}
@@ -214,11 +216,11 @@ func BenchmarkDepthsCandidates(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", kind, n), func(b *testing.B) {
 				depths := make([]int, n)
 				b.ReportAllocs()
-				clk := startCPU()
+				clk := cputime.Start()
 				for b.Loop() {
 					ix.Depths(hs, ids, depths)
 				}
-				clk.report(b)
+				clk.Report(b)
 			})
 		}
 	}
@@ -237,7 +239,7 @@ func BenchmarkInternNew(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				ix, err := New(Config{MaxEntries: 1024})
 				if err != nil {
@@ -249,7 +251,7 @@ func BenchmarkInternNew(b *testing.B) {
 					}
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 		})
 	}
 }

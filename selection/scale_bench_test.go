@@ -3,6 +3,8 @@ package selection
 import (
 	"fmt"
 	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // BenchmarkChooseParts splits BenchmarkChoose by what grows with the
@@ -18,35 +20,35 @@ func BenchmarkChooseParts(b *testing.B) {
 		b.Run(fmt.Sprintf("bound/n=%d", n), func(b *testing.B) {
 			sink := 0
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				sink += p.Bound(cands)
 			}
-			clk.report(b)
+			clk.Report(b)
 			benchSink = sink
 		})
 		b.Run(fmt.Sprintf("score/n=%d", n), func(b *testing.B) {
 			var placement, sink uint64
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				placement += 0x9e3779b97f4a7c15
 				for i := range cands {
 					sink ^= score(placement, cands[i].Key)
 				}
 			}
-			clk.report(b)
+			clk.Report(b)
 			benchSink = int(sink)
 		})
 		b.Run(fmt.Sprintf("choose/n=%d", n), func(b *testing.B) {
 			placement, sink := uint64(0), 0
 			b.ReportAllocs()
-			clk := startCPU()
+			clk := cputime.Start()
 			for b.Loop() {
 				placement += 0x9e3779b97f4a7c15
 				sink += p.Choose(cands, placement).Index
 			}
-			clk.report(b)
+			clk.Report(b)
 			benchSink = sink
 		})
 	}
