@@ -411,7 +411,7 @@ func TestReadBodyDoesNotTrustContentLength(t *testing.T) {
 	r := peekRequest(http.MethodPost, &fuzzBody{data: []byte(`{"model":`), step: 4, err: errClientGone}, maxBody, nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	skip, _ := s.readBody(r)
+	skip, _, _ := s.readBody(r)
 	runtime.ReadMemStats(&after)
 	if skip != skipReadError {
 		t.Fatalf("readBody() skip = %v, want %v", skip, skipReadError)
@@ -442,7 +442,7 @@ func TestReadBodyGrowsToDeclaredLength(t *testing.T) {
 				}
 				s := fuzzSelection(maxBody, 256, 2048)
 				r := peekRequest(http.MethodPost, &fuzzBody{data: body, step: 1000}, cl, nil)
-				skip, read := s.readBody(r)
+				skip, read, _ := s.readBody(r)
 				if int64(size) <= maxBody && (skip == skipTooLarge || !bytes.Equal(read, body)) {
 					t.Errorf("size %d, declared %v, max_body %d: readBody() = %v, %d bytes; want the whole body", size, declared, maxBody, skip, len(read))
 				}

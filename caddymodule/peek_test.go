@@ -70,7 +70,7 @@ func TestReadBodyGivesBackExactBytes(t *testing.T) {
 				r.Header[k] = v
 			}
 			s := &PrefixCacheSelection{MaxBody: maxBody}
-			skip, read := s.readBody(r)
+			skip, read, _ := s.readBody(r)
 			if skip != tt.wantSkip {
 				t.Errorf("readBody() skip = %q, want %q", skip, tt.wantSkip)
 			}
@@ -104,7 +104,7 @@ func TestReadBodyErrorIsPassedOn(t *testing.T) {
 	r.Body = client
 	r.ContentLength = -1
 	s := &PrefixCacheSelection{MaxBody: 1 << 20}
-	skip, read := s.readBody(r)
+	skip, read, _ := s.readBody(r)
 	if skip != skipReadError || read != nil {
 		t.Errorf("readBody() = %q, %d bytes; want %q, none", skip, len(read), skipReadError)
 	}
@@ -134,5 +134,33 @@ func TestReplayBodyCloseKeepsUnreadBodyForRetry(t *testing.T) {
 	}
 	if !client.closed {
 		t.Error("Close after reading did not close the client's body")
+	}
+}
+
+// TestJSONContentType: the fast path for common values agrees with
+// mime.ParseMediaType, and the rest still goes through it.
+func TestJSONContentType(t *testing.T) {
+	for _, tt := range []struct {
+		ct   string
+		want bool
+	}{
+		{"", true},
+		{"application/json", true},
+		{"application/json; charset=utf-8", true},
+		{"application/json;charset=utf-8", true},
+		{"application/json; charset=UTF-8", true},
+		{"Application/JSON", true},
+		{"application/vnd.api+json", true},
+		{"text/plain; charset=utf-8", true},
+		{"application/x-www-form-urlencoded", false},
+		{"application/json; charset", false}, // malformed parameter
+		{"multipart/form-data; boundary=x", false},
+	} {
+		if got := jsonContentType(tt.ct); got != tt.want {
+			t.Errorf("jsonContentType(%q) = %v, want %v", tt.ct, got, tt.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { jsonContentType("application/json; charset=utf-8") }); n != 0 {
+		t.Errorf("jsonContentType(application/json; charset=utf-8) allocates %v times, want 0", n)
 	}
 }

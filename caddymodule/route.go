@@ -53,6 +53,10 @@ func (c skipCause) String() string { return skipNames[c] }
 type peeked struct {
 	skip skipCause
 	body []byte // the exact bytes read from the client; nil when not read
+	// buf is body's pooled buffer: it goes back to its pool once the
+	// request is over, so reading body outside the attempt that read it
+	// needs buf.pin() first (see bodypool.go).
+	buf *bodyBuf
 
 	// derived, for the policy instance that derived them
 	owner     *PrefixCacheSelection
@@ -72,17 +76,26 @@ func (s *PrefixCacheSelection) route(r *http.Request) *peeked {
 	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
 	if p == nil {
 		p = &peeked{}
-		p.skip, p.body = s.readBody(r)
+		p.skip, p.body, p.buf = s.readBody(r)
 		caddyhttp.SetVar(r.Context(), varKey, p)
 	}
 	if p.skip != skipNone || p.owner == s {
 		return p
+	}
+	if p.buf != nil {
+		if !p.buf.pin() {
+			// The request is over and its body recycled: nothing left
+			// to route.
+			return &peeked{skip: skipReadError}
+		}
+		defer p.buf.unpin()
 	}
 	if p.owner != nil {
 		// Another prefix_cache handler with its own chunking already
 		// routed this request; derive this instance's view afresh.
 		q := &peeked{body: p.body}
 		s.derive(r, q)
+		q.body = nil
 		return q
 	}
 	s.derive(r, p)

@@ -18,12 +18,19 @@ type scratch struct {
 	cands  []selection.Candidate
 }
 
+// maxScratchText is the largest text buffer putScratch keeps: the text of
+// a body of the default max_body, plus the rounding of its allocation.
+// (It was 1 MiB, and a text near 1 MiB was then regrown on every request:
+// route/1MB allocated 7.3 MB, see docs/overhead.md.) sync.Pool drops idle
+// buffers within two GC cycles, so this pins nothing for long.
+const maxScratchText = DefaultMaxBody + DefaultMaxBody/8
+
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(sc *scratch) {
-	if cap(sc.text) > 1<<20 {
+	if cap(sc.text) > maxScratchText {
 		sc.text = nil // do not pin one huge prompt's buffer forever
 	}
 	sc.text = sc.text[:0]

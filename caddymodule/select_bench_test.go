@@ -310,7 +310,7 @@ func BenchmarkSelectStages(b *testing.B) {
 			clk := cputime.Start()
 			for b.Loop() {
 				br.reset()
-				if skip, _ := s.readBody(br.r); skip != skipNone {
+				if skip, _, _ := s.readBody(br.r); skip != skipNone {
 					b.Fatal(skip)
 				}
 			}

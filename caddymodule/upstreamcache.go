@@ -98,9 +98,10 @@ func newUpstreamTable(ix *prefixindex.Index, pool reverseproxy.UpstreamPool) *up
 	for i, u := range pool {
 		t.dials[i] = u.Dial
 		t.keys[i] = xxh3.HashString(u.Dial)
-		if id, err := ix.Intern(u.Dial); err == nil {
-			t.ids[i] = id
-		}
 	}
+	// One clone of the index's name table for the whole pool (Intern
+	// clones it per new name); an upstream that cannot be interned keeps
+	// ID 0, as before.
+	t.ids, _ = ix.InternAll(t.dials, t.ids)
 	return t
 }

@@ -195,6 +195,67 @@ func (ix *Index) Intern(name string) (ID, error) {
 	return id, nil
 }
 
+// InternAll interns every name of names, as Intern does, into dst (which
+// it grows to len(names)), and returns dst. It clones the name table once
+// for the whole batch where Intern clones it for each new name, so
+// interning n new names costs O(n + names known) instead of O(n^2). A name
+// that cannot be interned (all MaxIDs IDs in use) gets ID 0, and the first
+// such error is returned after the other names are interned.
+func (ix *Index) InternAll(names []string, dst []ID) ([]ID, error) {
+	dst = slices.Grow(dst[:0], len(names))[:len(names)]
+	known := *ix.ids.Load()
+	missing := false
+	for i, name := range names {
+		id, ok := known[name]
+		dst[i] = id
+		missing = missing || !ok
+	}
+	if !missing {
+		return dst, nil
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	old := *ix.ids.Load()
+	var ids map[string]ID // the clone, made at the first new name
+	var firstErr error
+	for i, name := range names {
+		if id, ok := old[name]; ok {
+			dst[i] = id
+			continue
+		}
+		if id, ok := ids[name]; ok { // a duplicate within names
+			dst[i] = id
+			continue
+		}
+		if ix.nUsed >= ix.maxIDs {
+			dst[i] = 0
+			if firstErr == nil {
+				firstErr = fmt.Errorf("interning upstream %q: all %d IDs in use", name, ix.maxIDs)
+			}
+			continue
+		}
+		if ids == nil {
+			ids = maps.Clone(old)
+		}
+		id := ix.nextFree()
+		ix.used[id/32] |= 1 << (id % 32)
+		ix.nUsed++
+		ids[name] = id
+		ix.nameBytes += int64(len(name)) + nameOverhead
+		dst[i] = id
+	}
+	if ids != nil {
+		ix.ids.Store(&ids)
+		// Live after the name is visible, as Intern does.
+		for _, id := range dst {
+			if id != 0 {
+				ix.live[id/32].Or(1 << (id % 32))
+			}
+		}
+	}
+	return dst, firstErr
+}
+
 // Forget removes the upstream name from every entry, frees the entries left
 // without an owner, and then frees name's ID for reuse. Entries keep their
 // other owners and their recency. It sweeps every entry, a batch at a time

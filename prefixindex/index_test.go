@@ -642,3 +642,44 @@ func TestAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestInternAll: a batch gets the IDs one Intern per name would give it
+// (known names keep theirs, duplicates share one, new names get IDs in
+// order), names past MaxIDs get 0 and an error, and the others are
+// interned all the same.
+func TestInternAll(t *testing.T) {
+	seq := newIndex(t, Config{MaxEntries: 100})
+	batch := newIndex(t, Config{MaxEntries: 100})
+	names := []string{"a", "b", "a", "c", "d"}
+	intern(t, seq, "b")
+	intern(t, batch, "b")
+	var want []ID
+	for _, n := range names {
+		want = append(want, intern(t, seq, n))
+	}
+	got, err := batch.InternAll(names, nil)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("InternAll(%q) = %v, %v; want %v (Intern one by one), nil", names, got, err, want)
+	}
+	for i, n := range names {
+		if id := intern(t, batch, n); id != got[i] {
+			t.Errorf("Intern(%q) after InternAll = %d, want %d", n, id, got[i])
+		}
+		if !batch.isLive(got[i]) {
+			t.Errorf("ID %d of %q not live after InternAll", got[i], n)
+		}
+	}
+	if s := batch.Stats().Upstreams; s != 4 {
+		t.Errorf("Stats().Upstreams = %d, want 4", s)
+	}
+	if again, err := batch.InternAll(names, got[:0]); err != nil || !slices.Equal(again, want) {
+		t.Errorf("InternAll of known names = %v, %v; want %v, nil", again, err, want)
+	}
+
+	full := newIndex(t, Config{MaxEntries: 100})
+	full.maxIDs = 2
+	got, err = full.InternAll([]string{"x", "y", "z", "x"}, nil)
+	if err == nil || got[0] == 0 || got[1] == 0 || got[2] != 0 || got[3] != got[0] {
+		t.Errorf("InternAll with 2 IDs for 3 names = %v, %v; want two IDs, 0, the first again, and an error", got, err)
+	}
+}

@@ -255,3 +255,29 @@ func BenchmarkInternNew(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInternAllNew is BenchmarkInternNew with one InternAll call for
+// the batch: one clone of the name table instead of one per name.
+func BenchmarkInternAllNew(b *testing.B) {
+	for _, n := range []int{16, 256, 1024} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16, i>>8&255, i&255)
+		}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			dst := make([]ID, 0, n)
+			b.ReportAllocs()
+			clk := cputime.Start()
+			for b.Loop() {
+				ix, err := New(Config{MaxEntries: 1024})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if dst, err = ix.InternAll(names, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			clk.Report(b)
+		})
+	}
+}

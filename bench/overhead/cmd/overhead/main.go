@@ -58,6 +58,8 @@ type config struct {
 	pin                 bool
 	dir                 string
 	basePort            int
+	pprof               string        // directory for profiles of the Caddy process; "" for none
+	pprofDur            time.Duration // length of each profile
 }
 
 func main() {
@@ -76,7 +78,9 @@ func main() {
 	flag.IntVar(&cfg.upstreams, "upstreams", 4, "backend ports (upstreams)")
 	flag.BoolVar(&cfg.pin, "pin", true, "pin Caddy to CPU 1, wrk and the backend to CPU 0 (needs taskset and 2 CPUs)")
 	flag.StringVar(&cfg.dir, "dir", "", "work directory (default: a new temporary one)")
-	flag.IntVar(&cfg.basePort, "port", 18800, "first port: Caddy round_robin, +1 prefix_cache, +2 a check site, +10.. the backend")
+	flag.IntVar(&cfg.basePort, "port", 18800, "first port: Caddy round_robin, +1 prefix_cache, +2 a check site, +3 the admin endpoint (with -pprof), +10.. the backend")
+	flag.StringVar(&cfg.pprof, "pprof", "", "write CPU and allocation profiles of the Caddy process under load (each policy, each size) to this directory; enables Caddy's admin endpoint on port+3 for /debug/pprof")
+	flag.DurationVar(&cfg.pprofDur, "pprof-duration", 10*time.Second, "length of each profile (with -pprof)")
 	flag.Parse()
 	log.SetFlags(0)
 	if cfg.caddy == "" || cfg.backend == "" {
@@ -209,6 +213,11 @@ func run(cfg config) error {
 		r := row{size: size, body: bodyLen, reasons: reasons}
 		for p := range policies {
 			if _, err := wrk(cfg, caddy, cfg.basePort+p, script, cfg.conns, cfg.warmup); err != nil {
+				return err
+			}
+		}
+		if cfg.pprof != "" {
+			if err := profile(cfg, caddy, size, script); err != nil {
 				return err
 			}
 		}
@@ -350,7 +359,11 @@ func caddyConfig(cfg config, backends []string) string {
 	site := func(port int, policy, extra string) string {
 		return fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s {\n\t\tlb_policy %s\n%s\t}\n}\n", port, ups, policy, extra)
 	}
-	return fmt.Sprintf("{\n\tadmin off\n\tpersist_config off\n\tauto_https off\n\tlog default {\n\t\tlevel ERROR\n\t}\n}\n") +
+	admin := "admin off"
+	if cfg.pprof != "" {
+		admin = fmt.Sprintf("admin 127.0.0.1:%d", cfg.basePort+3)
+	}
+	return fmt.Sprintf("{\n\t%s\n\tpersist_config off\n\tauto_https off\n\tlog default {\n\t\tlevel ERROR\n\t}\n}\n", admin) +
 		site(cfg.basePort, "round_robin", "") +
 		site(cfg.basePort+1, "prefix_cache", "") +
 		site(cfg.basePort+2, "prefix_cache", "\t\theader_down X-Prefix-Cache-Reason {http.reverse_proxy.prefix_cache.reason}\n")
@@ -384,6 +397,64 @@ func checkRouting(cfg config, dir string, size, convs int) (map[string]int, erro
 		return reasons, fmt.Errorf("prefix_cache left %d check requests to the fallback: %v", reasons["fallback"], reasons)
 	}
 	return reasons, nil
+}
+
+// profile loads each policy's site with wrk in throughput mode while it
+// takes a CPU profile and an allocation profile (a delta over the same
+// interval) of the Caddy process through its admin endpoint's
+// /debug/pprof, and writes them as DIR/{cpu,allocs}-SIZE-POLICY.pprof.
+// Read them with go tool pprof (the Caddy binary is not needed: Go
+// profiles carry symbols).
+func profile(cfg config, caddy *proc, size int, script string) error {
+	if err := os.MkdirAll(cfg.pprof, 0o755); err != nil {
+		return err
+	}
+	secs := max(1, int(cfg.pprofDur.Seconds()))
+	for p, policy := range policies {
+		type fetched struct {
+			name string
+			err  error
+		}
+		done := make(chan fetched, 2)
+		for _, kind := range []string{"profile", "allocs"} {
+			name := "cpu"
+			if kind == "allocs" {
+				name = "allocs"
+			}
+			file := filepath.Join(cfg.pprof, fmt.Sprintf("%s-%s-%s.pprof", name, sizeName(size), policy))
+			url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s?seconds=%d", cfg.basePort+3, kind, secs)
+			go func() { done <- fetched{file, fetch(url, file)} }()
+		}
+		// The load starts with the profiles and outlasts them by two seconds.
+		if _, err := wrk(cfg, caddy, cfg.basePort+p, script, cfg.conns, time.Duration(secs+2)*time.Second); err != nil {
+			return err
+		}
+		for range 2 {
+			f := <-done
+			if f.err != nil {
+				return fmt.Errorf("profiling %s: %w", policy, f.err)
+			}
+			log.Printf("wrote %s", f.name)
+		}
+	}
+	return nil
+}
+
+func fetch(url, file string) error {
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // proc is a started child process.
