@@ -51,17 +51,19 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 }
 
 type instanceStats struct {
-	Instance      int             `json:"instance"`
-	Index         string          `json:"index"`
-	ChunkSize     int             `json:"chunk_size"`
-	MaxEntries    int             `json:"max_entries"`
-	LoadFactor    float64         `json:"load_factor"`
-	LoadAllowance int             `json:"load_allowance"`
-	MinMatch      int             `json:"min_match"`
-	Entries       int             `json:"entries"`
-	Bytes         int64           `json:"bytes"`
-	Evictions     uint64          `json:"evictions"`
-	Upstreams     []upstreamStats `json:"upstreams"`
+	Instance      int     `json:"instance"`
+	Index         string  `json:"index"`
+	ChunkSize     int     `json:"chunk_size"`
+	MaxEntries    int     `json:"max_entries"`
+	LoadFactor    float64 `json:"load_factor"`
+	LoadAllowance int     `json:"load_allowance"`
+	// LoadAllowanceBytes is load_allowance_bytes; 0 when the byte bound is off.
+	LoadAllowanceBytes int64           `json:"load_allowance_bytes"`
+	MinMatch           int             `json:"min_match"`
+	Entries            int             `json:"entries"`
+	Bytes              int64           `json:"bytes"`
+	Evictions          uint64          `json:"evictions"`
+	Upstreams          []upstreamStats `json:"upstreams"`
 	// Indexed holds every upstream the index knows, with the entries it
 	// owns; one that left every pool stays until forget_after.
 	Indexed map[string]int `json:"indexed_upstreams"`
@@ -71,7 +73,10 @@ type upstreamStats struct {
 	Dial      string `json:"dial"`
 	Available bool   `json:"available"`
 	InFlight  int    `json:"in_flight"`
-	Owned     int    `json:"owned_entries"`
+	// InFlightBytes is the routing text of this process's requests in
+	// flight at the upstream: the byte bound's load.
+	InFlightBytes int64 `json:"in_flight_bytes"`
+	Owned         int   `json:"owned_entries"`
 }
 
 func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
@@ -86,13 +91,16 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			Instance: i, Index: s.state.key,
 			ChunkSize: s.ChunkSize, MaxEntries: s.MaxEntries,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
-			Entries: st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
+			LoadAllowanceBytes: *s.LoadAllowanceBytes,
+			Entries:            st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
 		}
 		if pool := s.lastPool.Load(); pool != nil {
-			for _, u := range *pool {
+			tab := s.upstreams.table(s.state.index, *pool)
+			for i, u := range *pool {
 				is.Upstreams = append(is.Upstreams, upstreamStats{
 					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
+					InFlightBytes: s.state.inflight.load(tab.ids[i]),
 				})
 			}
 		}

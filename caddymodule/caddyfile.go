@@ -20,6 +20,7 @@ import (
 //		max_body       <size>
 //		load_factor    <factor>
 //		load_allowance <requests>
+//		load_allowance_bytes <size>|off
 //		min_match      <bytes>
 //		tenant         <placeholder>
 //		forget_after   <duration>
@@ -89,6 +90,22 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Errf("invalid load_allowance '%s': must be a whole number of requests, 0 or more", d.Val())
 			}
 			s.LoadAllowance = &n
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "load_allowance_bytes":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			var n int64
+			if d.Val() != "off" {
+				size, err := humanize.ParseBytes(d.Val())
+				if err != nil || size > 1<<40 {
+					return d.Errf("invalid load_allowance_bytes '%s': must be a size up to 1TiB, or off", d.Val())
+				}
+				n = int64(size)
+			}
+			s.LoadAllowanceBytes = &n
 			if d.NextArg() {
 				return d.ArgErr()
 			}

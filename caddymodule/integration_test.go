@@ -203,24 +203,7 @@ func TestUnhealthyBackendReceivesNothing(t *testing.T) {
 func TestBusyBackendSpills(t *testing.T) {
 	bs := newBackends(t, 2)
 	release := make(chan struct{})
-	for _, b := range bs {
-		b := b
-		b.handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
-			if !bytes.Contains(body, []byte(`"stream":true`)) {
-				return false
-			}
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("X-Backend", b.name)
-			fmt.Fprint(w, "data: {}\n\n")
-			w.(http.Flusher).Flush()
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			return true
-		}
-	}
+	holdStreams(bs, release)
 	port := freePort(t)
 	const loadFactor, allowance = 1, 1
 	startCaddy(t, proxySite(port, bs, "", fmt.Sprintf(`
@@ -242,19 +225,8 @@ func TestBusyBackendSpills(t *testing.T) {
 	load := map[string]int{}
 	spills := 0
 	for i := range 8 {
-		body := chat(system, fmt.Sprintf("stream %d", i))
-		body = append(body[:len(body)-1], []byte(`,"stream":true}`)...)
-		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := openStream(t, url, chat(system, fmt.Sprintf("stream %d", i)))
 		open = append(open, resp)
-		// The first event means the stream is in flight at the backend,
-		// and counted by Caddy, before the next request is sent.
-		line, err := bufio.NewReader(resp.Body).ReadString('\n')
-		if err != nil || !strings.HasPrefix(line, "data:") {
-			t.Fatalf("stream %d: first line %q, %v", i, line, err)
-		}
 		got := resp.Header.Get("X-Backend")
 		bound := (loadFactor*(load["b0"]+load["b1"]+1)+1)/2 + allowance
 		if load[got]+1 > bound {

@@ -118,13 +118,15 @@ var (
 		"Prefixes forgotten to stay within max_entries.", nil, nil)
 	descInFlight = prometheus.NewDesc("caddy_prefix_cache_upstream_in_flight",
 		"Requests in flight to the upstream from this Caddy.", []string{"upstream"}, nil)
+	descInFlightBytes = prometheus.NewDesc("caddy_prefix_cache_upstream_in_flight_bytes",
+		"Prompt bytes (routing text) of the requests in flight to the upstream from this Caddy: the byte bound's load.", []string{"upstream"}, nil)
 	descOwned = prometheus.NewDesc("caddy_prefix_cache_upstream_owned_entries",
 		"Index entries the upstream is believed to hold: its share of the learned prefixes.", []string{"upstream"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descOwned} {
+	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned} {
 		ch <- d
 	}
 }
@@ -135,10 +137,21 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	owned := map[string]int{}
 	seen := map[*sharedState]bool{}
 	inFlight := map[string]int{}
+	inFlightBytes := map[string]int64{}
+	type stateDial struct {
+		st   *sharedState
+		dial string
+	}
+	counted := map[stateDial]bool{} // instances sharing a state share its bytes
 	eachInstance(func(s *PrefixCacheSelection) {
 		if pool := s.lastPool.Load(); pool != nil {
-			for _, u := range *pool {
+			tab := s.upstreams.table(s.state.index, *pool)
+			for i, u := range *pool {
 				inFlight[u.Dial] = u.NumRequests()
+				if k := (stateDial{s.state, u.Dial}); !counted[k] {
+					counted[k] = true
+					inFlightBytes[u.Dial] += s.state.inflight.load(tab.ids[i])
+				}
 			}
 		}
 		if seen[s.state] {
@@ -160,6 +173,9 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, evictions)
 	for name, n := range inFlight {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), name)
+	}
+	for name, n := range inFlightBytes {
+		ch <- prometheus.MustNewConstMetric(descInFlightBytes, prometheus.GaugeValue, float64(n), name)
 	}
 	for name, n := range owned {
 		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(n), name)

@@ -46,6 +46,9 @@ const (
 	// which the prefill saved does not pay for leaving the request's
 	// rendezvous placement.
 	DefaultMinMatch = 1024
+
+	// DefaultLoadAllowanceBytes is the default load_allowance_bytes.
+	DefaultLoadAllowanceBytes = 256 << 10
 )
 
 // PrefixCacheSelection is a reverse_proxy selection policy for fleets of LLM
@@ -87,6 +90,14 @@ type PrefixCacheSelection struct {
 	// mean before the bound moves requests away from it, so affinity is not
 	// broken at low load. Default: `16`.
 	LoadAllowance *int `json:"load_allowance,omitempty"`
+
+	// Prompt bytes (of routing text) an upstream may have in flight above
+	// load_factor times the mean before the bound moves requests away from
+	// it; 0 turns the byte bound off, leaving the request bound alone.
+	// Both bounds apply: an upstream is over the bound when it is over
+	// either. Default: `262144` (256 KiB, about 64k tokens: 16 requests
+	// of 4k tokens, the request allowance's size, or 2 of 32k).
+	LoadAllowanceBytes *int64 `json:"load_allowance_bytes,omitempty"`
 
 	// Shortest matched prefix, in bytes of routing text, worth routing on;
 	// a shorter match is treated as no match. Default: `1024`.
@@ -145,6 +156,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		allowance := selection.DefaultAllowance
 		s.LoadAllowance = &allowance
 	}
+	if s.LoadAllowanceBytes == nil {
+		allowance := int64(DefaultLoadAllowanceBytes)
+		s.LoadAllowanceBytes = &allowance
+	}
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
 	}
@@ -172,9 +187,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("chunk_size %d, max_chunks %d: %w", s.ChunkSize, s.MaxChunks, err)
 	}
 	s.policy = selection.Policy{
-		LoadFactor: s.LoadFactor,
-		Allowance:  *s.LoadAllowance,
-		MinDepth:   max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
+		LoadFactor:    s.LoadFactor,
+		Allowance:     *s.LoadAllowance,
+		MinDepth:      max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
+		ByteAllowance: *s.LoadAllowanceBytes,
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
@@ -205,6 +221,9 @@ func (s *PrefixCacheSelection) Validate() error {
 	}
 	if s.LoadAllowance != nil && *s.LoadAllowance < 0 {
 		return fmt.Errorf("load_allowance must not be negative, got %d", *s.LoadAllowance)
+	}
+	if s.LoadAllowanceBytes != nil && *s.LoadAllowanceBytes < 0 {
+		return fmt.Errorf("load_allowance_bytes must not be negative, got %d", *s.LoadAllowanceBytes)
 	}
 	// The remaining rule, load_factor, is the choice's own; its message
 	// names the same field.
@@ -238,6 +257,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	if chosen == nil {
 		return nil
 	}
+	req.charge.move(r.Context(), &s.state.inflight, d.id, int64(req.textLen))
 	metrics.selected(d)
 	setPlaceholders(r, d)
 	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {
@@ -292,9 +312,10 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 	for j, u := range sc.ups {
 		sc.cands[j].Depth = sc.depths[j]
 		sc.cands[j].Load = u.NumRequests()
+		sc.cands[j].Bytes = s.state.inflight.load(sc.ids[j])
 	}
 
-	choice := s.policy.Choose(sc.cands, req.placement)
+	choice := s.policy.Choose(sc.cands, req.placement, int64(req.textLen))
 	chosen := sc.ups[choice.Index]
 	if record {
 		s.state.index.Record(req.hashes, sc.ids[choice.Index])
@@ -309,6 +330,8 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		preferred:   sc.ups[choice.Preferred].Dial,
 		spilled:     choice.Spilled,
 		bound:       choice.Bound,
+		byteBound:   choice.ByteBound,
+		id:          sc.ids[choice.Index],
 	}
 }
 

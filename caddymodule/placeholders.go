@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
 // Placeholders set on every selection, for access logs and headers:
@@ -30,6 +32,8 @@ type decision struct {
 	chosen      string
 	spilled     bool
 	bound       int
+	byteBound   int64
+	id          prefixindex.ID // the chosen upstream's
 }
 
 func setPlaceholders(r *http.Request, d decision) {

@@ -68,6 +68,8 @@ type peeked struct {
 	// tried lists the upstreams earlier attempts of this request chose.
 	// Attempts run one after another on the request's goroutine.
 	tried []string
+	// charge is this request's share of the byte bound's load.
+	charge charge
 }
 
 // route returns what the policy needs to route r: read from the body on

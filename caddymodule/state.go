@@ -30,8 +30,10 @@ var states = caddy.NewUsagePool()
 type sharedState struct {
 	key   string
 	index *prefixindex.Index
-	stop  chan struct{}
-	done  chan struct{}
+	// inflight is the byte bound's load, per upstream of index.
+	inflight inflightBytes
+	stop     chan struct{}
+	done     chan struct{}
 
 	mu     sync.Mutex
 	absent map[string]int // consecutive sweeps an interned upstream was in no pool

@@ -23,7 +23,7 @@ func benchCands(n int, warm bool) []Candidate {
 var benchSink int
 
 func BenchmarkChoose(b *testing.B) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}
 	for _, kind := range []string{"warm", "cold"} {
 		for _, n := range []int{4, 16, 64, 256} {
 			cands := benchCands(n, kind == "warm")
@@ -32,7 +32,7 @@ func BenchmarkChoose(b *testing.B) {
 				placement, sink := uint64(0), 0
 				for b.Loop() {
 					placement += 0x9e3779b97f4a7c15
-					sink += p.Choose(cands, placement).Index
+					sink += p.Choose(cands, placement, 0).Index
 				}
 				benchSink = sink
 			})

@@ -14,6 +14,11 @@ type Candidate struct {
 	// Load is the number of requests in flight at the upstream, not
 	// counting this one. Never negative.
 	Load int
+	// Bytes is the prompt size of the requests in flight at the upstream,
+	// not counting this one, in the unit of Choose's size (the caller's
+	// choice; caddymodule counts bytes of routing text). Never negative.
+	// Only the byte bound reads it (Policy.ByteAllowance > 0).
+	Bytes int64
 }
 
 // Choice is the result of Choose.
@@ -32,18 +37,23 @@ type Choice struct {
 	// Bound is the in-flight bound the choice was made with, as
 	// Policy.Bound returns it.
 	Bound int
+	// ByteBound is the byte bound the choice was made with, as
+	// Policy.ByteBound returns it; 0 when the byte bound is off.
+	ByteBound int64
 }
 
 // Choose picks one of cands for a request whose placement key is placement
-// (a hash of the request's placement text). It never allocates, never
+// (a hash of the request's placement text) and whose prompt has the given
+// size (in the unit of Candidate.Bytes). It never allocates, never
 // modifies cands, and returns the same Choice for the same input whatever
 // the order of cands (up to the indexes, and save for equal keys). The
 // rules are in the package documentation.
-func (p Policy) Choose(cands []Candidate, placement uint64) Choice {
+func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 	if len(cands) == 0 {
 		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
 	}
 	bound := p.Bound(cands)
+	byteBound := p.ByteBound(cands, size)
 	minDepth := max(p.MinDepth, 1)
 
 	// One pass keeps the best candidate of each kind, -1 if none.
@@ -55,7 +65,8 @@ func (p Policy) Choose(cands []Candidate, placement uint64) Choice {
 	for i := range cands {
 		c := &cands[i]
 		s := score(placement, c.Key)
-		under := c.Load < bound // Load+1 <= bound, without overflow
+		under := c.Load < bound && // Load+1 <= bound, without overflow
+			(byteBound == 0 || c.Bytes <= byteBound)
 		if hrw < 0 || s > hrwScore {
 			hrw, hrwScore = i, s
 		}
@@ -76,7 +87,7 @@ func (p Policy) Choose(cands []Candidate, placement uint64) Choice {
 		}
 	}
 
-	ch := Choice{Bound: bound}
+	ch := Choice{Bound: bound, ByteBound: byteBound}
 	if holder >= 0 {
 		ch.Preferred = holder
 		switch {

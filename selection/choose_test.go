@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -63,92 +64,92 @@ func TestChoose(t *testing.T) {
 			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
 		{"empty candidates", def, []Candidate{},
 			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
-		{"single candidate", strict, []Candidate{{rk[5], 0, 100}},
+		{"single candidate", strict, []Candidate{{rk[5], 0, 100, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonCold, Bound: 127}},
 
 		// Warm requests.
 		{"deepest holder wins over HRW rank", strict,
-			[]Candidate{{rk[0], 5, 0}, {rk[3], 9, 0}, {rk[1], 0, 0}},
+			[]Candidate{{rk[0], 5, 0, 0}, {rk[3], 9, 0, 0}, {rk[1], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
 		{"equally deep holders tie by HRW", strict,
-			[]Candidate{{rk[2], 8, 0}, {rk[1], 8, 0}, {rk[0], 3, 0}},
+			[]Candidate{{rk[2], 8, 0, 0}, {rk[1], 8, 0, 0}, {rk[0], 3, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
 		// bound = ceil(1.25 * 10 / 4) = 4: the depth-9 holder (6) is over.
 		{"bound spills to the next-deepest holder", strict,
-			[]Candidate{{rk[0], 0, 0}, {rk[2], 9, 6}, {rk[3], 5, 0}, {rk[1], 7, 3}},
+			[]Candidate{{rk[0], 0, 0, 0}, {rk[2], 9, 6, 0}, {rk[3], 5, 0, 0}, {rk[1], 7, 3, 0}},
 			Choice{Index: 3, Preferred: 1, Reason: ReasonSpill, Spilled: true, Bound: 4}},
 		// bound = ceil(1.25 * 11 / 4) = 4: depth 9 (6) and depth 7 (4) are over.
 		{"spill passes over holders over the bound", strict,
-			[]Candidate{{rk[2], 9, 6}, {rk[1], 7, 4}, {rk[3], 5, 0}, {rk[0], 0, 0}},
+			[]Candidate{{rk[2], 9, 6, 0}, {rk[1], 7, 4, 0}, {rk[3], 5, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 4}},
 		// bound = ceil(1.25 * 6 / 4) = 2
 		{"spill among equally deep holders by HRW", strict,
-			[]Candidate{{rk[0], 8, 5}, {rk[2], 8, 0}, {rk[1], 8, 0}, {rk[3], 0, 0}},
+			[]Candidate{{rk[0], 8, 5, 0}, {rk[2], 8, 0, 0}, {rk[1], 8, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 2}},
 		// bound = ceil(1.25 * 12 / 4) = 4: both holders (5) are over; rk0
 		// wins although rk1 has less load.
 		{"no holder under the bound spills to the HRW winner under it", strict,
-			[]Candidate{{rk[3], 10, 5}, {rk[4], 6, 5}, {rk[1], 0, 0}, {rk[0], 0, 1}},
+			[]Candidate{{rk[3], 10, 5, 0}, {rk[4], 6, 5, 0}, {rk[1], 0, 0, 0}, {rk[0], 0, 1, 0}},
 			Choice{Index: 3, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 4}},
 
 		// Cold requests.
 		{"cold goes to the HRW winner", strict,
-			[]Candidate{{rk[2], 0, 0}, {rk[0], 0, 0}, {rk[1], 0, 0}},
+			[]Candidate{{rk[2], 0, 0, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		{"matches shallower than MinDepth are cold", strict,
-			[]Candidate{{rk[1], 3, 0}, {rk[0], 1, 0}, {rk[2], 3, 0}},
+			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
-		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3},
-			[]Candidate{{rk[1], 3, 0}, {rk[0], 1, 0}, {rk[2], 3, 0}},
+		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3, 0},
+			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1},
-			[]Candidate{{rk[1], 1, 0}, {rk[0], 0, 0}},
+		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1, 0},
+			[]Candidate{{rk[1], 1, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0},
-			[]Candidate{{rk[1], 0, 0}, {rk[0], 0, 0}},
+		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0, 0},
+			[]Candidate{{rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		// bound = ceil(1.25 * 8 / 4) = 3: rk0 (4) and rk1 (3) are over.
 		{"cold HRW winner over the bound spills down the HRW ranking", strict,
-			[]Candidate{{rk[0], 0, 4}, {rk[1], 0, 3}, {rk[3], 0, 0}, {rk[2], 0, 0}},
+			[]Candidate{{rk[0], 0, 4, 0}, {rk[1], 0, 3, 0}, {rk[3], 0, 0, 0}, {rk[2], 0, 0, 0}},
 			Choice{Index: 3, Preferred: 0, Reason: ReasonColdSpill, Spilled: true, Bound: 3}},
 		{"equal keys tie to the lower index", strict,
-			[]Candidate{{rk[1], 0, 0}, {rk[0], 0, 0}, {rk[0], 0, 0}},
+			[]Candidate{{rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 
 		// Last resort: only an invalid policy (bound 0 here) gets there.
 		{"least loaded when no candidate is under the bound", Policy{MinDepth: 4},
-			[]Candidate{{rk[0], 9, 3}, {rk[1], 0, 1}, {rk[2], 0, 2}},
+			[]Candidate{{rk[0], 9, 3, 0}, {rk[1], 0, 1, 0}, {rk[2], 0, 2, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonLeastLoaded, Spilled: true}},
 		{"least loaded ties by HRW and may be the preferred", Policy{MinDepth: 4},
-			[]Candidate{{rk[2], 0, 1}, {rk[0], 0, 1}, {rk[1], 0, 1}},
+			[]Candidate{{rk[2], 0, 1, 0}, {rk[0], 0, 1, 0}, {rk[1], 0, 1, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonLeastLoaded}},
 
 		// The bound's edges and the allowance. bound = ceil(4/4) + 2 = 3.
-		{"Load+1 equal to the bound is under", Policy{1, 2, 4},
-			[]Candidate{{rk[1], 9, 2}, {rk[0], 0, 0}, {rk[2], 0, 0}, {rk[3], 0, 1}},
+		{"Load+1 equal to the bound is under", Policy{1, 2, 4, 0},
+			[]Candidate{{rk[1], 9, 2, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 1, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 3}},
-		{"Load equal to the bound is over", Policy{1, 2, 4},
-			[]Candidate{{rk[1], 9, 3}, {rk[0], 0, 0}, {rk[2], 0, 0}, {rk[3], 0, 0}},
+		{"Load equal to the bound is over", Policy{1, 2, 4, 0},
+			[]Candidate{{rk[1], 9, 3, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 3}},
 		// bound = ceil(1.25 * 3 / 4) + 8 = 9
-		{"allowance keeps affinity at low load", Policy{1.25, 8, 4},
-			[]Candidate{{rk[2], 12, 2}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+		{"allowance keeps affinity at low load", Policy{1.25, 8, 4, 0},
+			[]Candidate{{rk[2], 12, 2, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 9}},
 		{"without allowance the same load spills", strict,
-			[]Candidate{{rk[2], 12, 2}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			[]Candidate{{rk[2], 12, 2, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 1}},
 		// bound = ceil(1.25 * 24 / 4) + 16 = 24
 		{"defaults keep a holder at 23 in flight beside idle peers", def,
-			[]Candidate{{rk[2], 12, 23}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			[]Candidate{{rk[2], 12, 23, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 24}},
 		// bound = ceil(1.25 * 25 / 4) + 16 = 24
 		{"defaults spill a holder at 24 in flight beside idle peers", def,
-			[]Candidate{{rk[2], 12, 24}, {rk[0], 0, 0}, {rk[1], 0, 0}, {rk[3], 0, 0}},
+			[]Candidate{{rk[2], 12, 24, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 24}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := tt.p.Choose(tt.cands, tp)
+			got := tt.p.Choose(tt.cands, tp, 0)
 			if got != tt.want {
 				t.Errorf("%+v.Choose(%s, %#x) = %+v, want %+v", tt.p, show(tt.cands), tp, got, tt.want)
 			}
@@ -157,24 +158,24 @@ func TestChoose(t *testing.T) {
 }
 
 func TestChooseDoesNotModify(t *testing.T) {
-	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth}
-	cands := []Candidate{{rk[0], 9, 6}, {rk[1], 5, 0}, {rk[2], 0, 1}}
+	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0}
+	cands := []Candidate{{rk[0], 9, 6, 0}, {rk[1], 5, 0, 0}, {rk[2], 0, 1, 0}}
 	orig := slices.Clone(cands)
-	p.Choose(cands, tp)
+	p.Choose(cands, tp, 0)
 	if !slices.Equal(cands, orig) {
 		t.Errorf("Choose(%s, %#x) modified its candidates to %s", show(orig), tp, show(cands))
 	}
 }
 
 func TestChooseAllocs(t *testing.T) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}
 	for _, n := range []int{0, 1, 16, 256} {
 		for _, warm := range []bool{false, true} {
 			cands := benchCands(n, warm)
 			placement := uint64(1)
 			allocs := testing.AllocsPerRun(100, func() {
 				placement++
-				p.Choose(cands, placement)
+				p.Choose(cands, placement, 0)
 			})
 			if allocs != 0 {
 				t.Errorf("Choose(%d candidates, warm=%v) allocates %v times, want 0", n, warm, allocs)
@@ -185,12 +186,24 @@ func TestChooseAllocs(t *testing.T) {
 
 // refChoose is Choose written the slow, obvious way: sort by the rules,
 // take the first that fits.
-func refChoose(p Policy, cands []Candidate, placement uint64) Choice {
+func refChoose(p Policy, cands []Candidate, placement uint64, size int64) Choice {
 	if len(cands) == 0 {
 		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
 	}
 	bound := p.Bound(cands)
-	under := func(i int) bool { return cands[i].Load+1 <= bound }
+	// The byte bound, written out from its definition.
+	var byteBound int64
+	if p.ByteAllowance > 0 {
+		sum := float64(size)
+		for _, c := range cands {
+			sum += float64(c.Bytes)
+		}
+		// A negative or NaN product (invalid policies) counts as 0.
+		byteBound = int64(max(0, math.Ceil(p.LoadFactor*sum/float64(len(cands))))) + p.ByteAllowance
+	}
+	under := func(i int) bool {
+		return cands[i].Load+1 <= bound && (byteBound == 0 || cands[i].Bytes <= byteBound)
+	}
 	// All candidates by HRW score, highest first; equal scores by index.
 	byHRW := make([]int, len(cands))
 	for i := range byHRW {
@@ -210,7 +223,7 @@ func refChoose(p Policy, cands []Candidate, placement uint64) Choice {
 	slices.SortStableFunc(byLoad, func(a, b int) int { return cmp.Compare(cands[a].Load, cands[b].Load) })
 
 	pick := func(i, preferred int, r Reason) Choice {
-		return Choice{Index: i, Preferred: preferred, Reason: r, Spilled: i != preferred, Bound: bound}
+		return Choice{Index: i, Preferred: preferred, Reason: r, Spilled: i != preferred, Bound: bound, ByteBound: byteBound}
 	}
 	if len(holders) > 0 {
 		for _, i := range holders {
@@ -239,12 +252,12 @@ func refChoose(p Policy, cands []Candidate, placement uint64) Choice {
 	return pick(byLoad[0], byHRW[0], ReasonLeastLoaded)
 }
 
-// checkChoice checks got = p.Choose(cands, placement) against refChoose and
-// the invariants every choice keeps.
-func checkChoice(t *testing.T, p Policy, cands []Candidate, placement uint64, got Choice) {
+// checkChoice checks got = p.Choose(cands, placement, size) against
+// refChoose and the invariants every choice keeps.
+func checkChoice(t *testing.T, p Policy, cands []Candidate, placement uint64, size int64, got Choice) {
 	t.Helper()
-	call := fmt.Sprintf("%+v.Choose(%v, %#x)", p, cands, placement)
-	if want := refChoose(p, cands, placement); got != want {
+	call := fmt.Sprintf("%+v.Choose(%v, %#x, %d)", p, cands, placement, size)
+	if want := refChoose(p, cands, placement, size); got != want {
 		t.Fatalf("%s = %+v, want %+v (reference)", call, got, want)
 	}
 	if len(cands) == 0 {
@@ -259,15 +272,27 @@ func checkChoice(t *testing.T, p Policy, cands []Candidate, placement uint64, go
 	if got.Bound != p.Bound(cands) {
 		t.Fatalf("%s = %+v, want Bound %d", call, got, p.Bound(cands))
 	}
-	anyUnder := slices.ContainsFunc(cands, func(c Candidate) bool { return c.Load+1 <= got.Bound })
-	if anyUnder && cands[got.Index].Load+1 > got.Bound {
-		t.Fatalf("%s = %+v: chose load %d over the bound although a candidate is under it", call, got, cands[got.Index].Load)
+	if got.ByteBound != p.ByteBound(cands, size) {
+		t.Fatalf("%s = %+v, want ByteBound %d", call, got, p.ByteBound(cands, size))
+	}
+	isUnder := func(c Candidate) bool {
+		return c.Load+1 <= got.Bound && (got.ByteBound == 0 || c.Bytes <= got.ByteBound)
+	}
+	anyUnder := slices.ContainsFunc(cands, isUnder)
+	if anyUnder && !isUnder(cands[got.Index]) {
+		t.Fatalf("%s = %+v: chose load %d, %d bytes over the bound although a candidate is under it",
+			call, got, cands[got.Index].Load, cands[got.Index].Bytes)
 	}
 	if anyUnder == (got.Reason == ReasonLeastLoaded) {
 		t.Fatalf("%s = %+v: reason %v with a candidate under the bound: %v", call, got, got.Reason, anyUnder)
 	}
-	if p.Validate() == nil && !anyUnder {
+	if p.Validate() == nil && p.ByteAllowance == 0 && !anyUnder {
 		t.Fatalf("%s: valid policy, non-negative loads, and no candidate under bound %d", call, got.Bound)
+	}
+	// With a valid policy the fewest bytes in flight are always within
+	// the byte bound.
+	if p.Validate() == nil && got.ByteBound > 0 && !slices.ContainsFunc(cands, func(c Candidate) bool { return c.Bytes <= got.ByteBound }) {
+		t.Fatalf("%s: no candidate within byte bound %d", call, got.ByteBound)
 	}
 	warm := slices.ContainsFunc(cands, func(c Candidate) bool { return c.Depth >= max(p.MinDepth, 1) })
 	switch got.Reason {
@@ -293,6 +318,9 @@ func TestChooseProperties(t *testing.T) {
 			Allowance:  rng.IntN(6),
 			MinDepth:   1 + rng.IntN(5),
 		}
+		if iter%2 == 0 {
+			p.ByteAllowance = rng.Int64N(1 << 12)
+		}
 		if iter%10 == 0 { // invalid: the last resort must still be sane
 			p.LoadFactor = rng.Float64()
 		}
@@ -300,9 +328,12 @@ func TestChooseProperties(t *testing.T) {
 		cands := make([]Candidate, n)
 		maxLoad := 1 + rng.IntN(40)
 		for i := range cands {
-			cands[i] = Candidate{Key: dialKey(i), Depth: rng.IntN(10), Load: rng.IntN(maxLoad)}
+			cands[i] = Candidate{Key: dialKey(i), Depth: rng.IntN(10), Load: rng.IntN(maxLoad), Bytes: rng.Int64N(1 << 14)}
 			if rng.IntN(4) == 0 { // a hot spot
 				cands[i].Load *= 5
+			}
+			if rng.IntN(4) == 0 { // a long context
+				cands[i].Bytes *= 8
 			}
 		}
 		distinct := true
@@ -311,8 +342,9 @@ func TestChooseProperties(t *testing.T) {
 			distinct = false
 		}
 		placement := rng.Uint64()
-		got := p.Choose(cands, placement)
-		checkChoice(t, p, cands, placement, got)
+		size := rng.Int64N(1 << 15)
+		got := p.Choose(cands, placement, size)
+		checkChoice(t, p, cands, placement, size, got)
 
 		if !distinct || n == 0 {
 			continue
@@ -322,9 +354,9 @@ func TestChooseProperties(t *testing.T) {
 		for i, j := range perm {
 			shuffled[i] = cands[j]
 		}
-		sgot := p.Choose(shuffled, placement)
+		sgot := p.Choose(shuffled, placement, size)
 		if shuffled[sgot.Index] != cands[got.Index] || shuffled[sgot.Preferred] != cands[got.Preferred] ||
-			sgot.Reason != got.Reason || sgot.Bound != got.Bound {
+			sgot.Reason != got.Reason || sgot.Bound != got.Bound || sgot.ByteBound != got.ByteBound {
 			t.Fatalf("%+v.Choose(%v, %#x) = %+v, but shuffled to %v it chose %+v",
 				p, cands, placement, got, shuffled, sgot)
 		}
@@ -332,16 +364,17 @@ func TestChooseProperties(t *testing.T) {
 }
 
 func FuzzChoose(f *testing.F) {
-	f.Add([]byte{}, uint64(0), 1.25, 16, 4)
-	f.Add([]byte{1, 9, 0, 2, 0, 0, 3, 5, 7}, uint64(7), 1.0, 0, 1)
-	f.Add([]byte{1, 9, 200, 2, 1, 3, 3, 5, 7, 4, 4, 4}, uint64(1<<63), 0.0, 0, 0)
-	f.Fuzz(func(t *testing.T, data []byte, placement uint64, loadFactor float64, allowance, minDepth int) {
-		p := Policy{LoadFactor: loadFactor, Allowance: allowance, MinDepth: minDepth}
+	f.Add([]byte{}, uint64(0), 1.25, 16, 4, int64(0), int64(0))
+	f.Add([]byte{1, 9, 0, 2, 2, 0, 0, 3, 3, 5, 7, 1}, uint64(7), 1.0, 0, 1, int64(100), int64(50))
+	f.Add([]byte{1, 9, 200, 9, 2, 1, 3, 0, 3, 5, 7, 200, 4, 4, 4, 4}, uint64(1<<63), 0.0, 0, 0, int64(1), int64(1000))
+	f.Fuzz(func(t *testing.T, data []byte, placement uint64, loadFactor float64, allowance, minDepth int, byteAllowance, size int64) {
+		p := Policy{LoadFactor: loadFactor, Allowance: allowance, MinDepth: minDepth, ByteAllowance: byteAllowance}
+		size = max(size, 0)
 		var cands []Candidate
-		for ; len(data) >= 3; data = data[3:] {
+		for ; len(data) >= 4; data = data[4:] {
 			// Few distinct keys, so equal keys happen too.
-			cands = append(cands, Candidate{Key: dialKey(int(data[0] % 16)), Depth: int(data[1] % 16), Load: int(data[2])})
+			cands = append(cands, Candidate{Key: dialKey(int(data[0] % 16)), Depth: int(data[1] % 16), Load: int(data[2]), Bytes: int64(data[3]) * 64})
 		}
-		checkChoice(t, p, cands, placement, p.Choose(cands, placement))
+		checkChoice(t, p, cands, placement, size, p.Choose(cands, placement, size))
 	})
 }

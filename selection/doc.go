@@ -27,8 +27,28 @@
 // With LoadFactor >= 1, Allowance >= 0 and non-negative loads, at least one
 // candidate is always under the bound: write sum(Load) = q*n + r with
 // 0 <= r < n; the least-loaded candidate holds at most q, and
-// ceil((sum+1)/n) = q+1. So a validated [Policy] never needs its last resort;
-// [ReasonLeastLoaded] only appears with an invalid policy.
+// ceil((sum+1)/n) = q+1. So a validated [Policy] with the byte bound off
+// never needs its last resort.
+//
+// # The byte bound
+//
+// Requests to an inference engine differ in size by orders of magnitude:
+// an agent's 60k-token context holds a hundred times the KV memory of a
+// short chat turn, and an engine whose KV cache is full of long contexts
+// preempts and evicts while its request count still looks low. With
+// ByteAllowance > 0, a candidate must also be within the byte bound:
+//
+//	Bytes <= byteBound
+//	byteBound = ceil(LoadFactor * (sum(Bytes) + size) / n) + ByteAllowance
+//
+// where size is the incoming request's. It counts the bytes a candidate
+// already has in flight, not the incoming request's, so a request larger
+// than the bound still has somewhere to go: the candidate with the fewest
+// bytes holds at most the mean and is always within it. Both bounds must
+// hold for a candidate to be under "the bound"; when the least loaded by
+// requests and the least loaded by bytes differ, no candidate may be under
+// both, and the last resort applies ([ReasonLeastLoaded]). See
+// [Policy.ByteBound].
 //
 // # The choice
 //

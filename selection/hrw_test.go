@@ -32,14 +32,14 @@ func TestScoreGolden(t *testing.T) {
 // coldWinners returns, for each of m placement keys, the index Choose picks
 // among idle candidates with the given keys (a cold request).
 func coldWinners(keys []uint64, placements []uint64) []int {
-	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth}
+	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0}
 	cands := make([]Candidate, len(keys))
 	for i, k := range keys {
 		cands[i] = Candidate{Key: k}
 	}
 	w := make([]int, len(placements))
 	for j, pl := range placements {
-		ch := p.Choose(cands, pl)
+		ch := p.Choose(cands, pl, 0)
 		if ch.Reason != ReasonCold {
 			panic(fmt.Sprintf("Choose(idle, %#x) = %+v, want reason cold", pl, ch))
 		}
@@ -146,7 +146,7 @@ func TestHRWUniform(t *testing.T) {
 // spread uniformly over those holders, and never go to non-holders.
 func TestHRWSpreadsEqualHolders(t *testing.T) {
 	const m = 24000
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}
 	cands := make([]Candidate, 6)
 	for i := range cands {
 		cands[i] = Candidate{Key: dialKey(i)}
@@ -156,7 +156,7 @@ func TestHRWSpreadsEqualHolders(t *testing.T) {
 	}
 	counts := make([]int, len(cands))
 	for _, pl := range randomPlacements(m, 42) {
-		counts[p.Choose(cands, pl).Index]++
+		counts[p.Choose(cands, pl, 0).Index]++
 	}
 	if counts[0]+counts[2]+counts[4] != 0 {
 		t.Fatalf("Choose(3 holders, 3 non-holders) chose non-holders %d times, want 0 (counts %v)",

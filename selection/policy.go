@@ -55,6 +55,12 @@ type Policy struct {
 	// request no candidate holds to this depth is cold. At least 1;
 	// Choose treats smaller values as 1.
 	MinDepth int
+	// ByteAllowance turns on the byte bound and is added to it, in the
+	// unit of Candidate.Bytes: a candidate is under the bound only if
+	// its requests in flight are within Bound and the prompt bytes it
+	// has in flight are within ByteBound. 0 turns the byte bound off.
+	// At least 0.
+	ByteAllowance int64
 }
 
 // Validate reports the first invalid field of p, naming it as the
@@ -71,6 +77,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MinDepth < 1 {
 		return fmt.Errorf("min_depth must be at least 1, got %d", p.MinDepth)
+	}
+	if p.ByteAllowance < 0 {
+		return fmt.Errorf("byte allowance must be at least 0, got %d", p.ByteAllowance)
 	}
 	return nil
 }
@@ -114,4 +123,38 @@ func (p Policy) bound(sum, n int) int {
 		return 0
 	}
 	return b + p.Allowance
+}
+
+// ByteBound returns the byte bound for cands and an incoming request of
+// the given size, or 0 when the byte bound is off (ByteAllowance <= 0):
+//
+//	ceil(LoadFactor * (sum(Bytes) + size) / len(cands)) + ByteAllowance
+//
+// A candidate is under it when Bytes <= ByteBound: the bytes it already
+// has in flight, not counting the incoming request, are within the bound.
+// (The request bound counts the incoming request at the candidate; with
+// sizes that vary by orders of magnitude, doing so here would leave a
+// request larger than the bound nowhere to go.) The candidate with the
+// fewest bytes in flight is always under it, since it holds at most the
+// mean. The result saturates at MaxInt64 and is at least ByteAllowance.
+func (p Policy) ByteBound(cands []Candidate, size int64) int64 {
+	if p.ByteAllowance <= 0 || len(cands) == 0 {
+		return 0
+	}
+	sum := float64(max(size, 0))
+	for i := range cands {
+		sum += float64(cands[i].Bytes)
+	}
+	f := math.Ceil(p.LoadFactor * sum / float64(len(cands)))
+	var b int64
+	switch {
+	case f >= math.MaxInt64/2:
+		b = math.MaxInt64 / 2
+	case f > 0:
+		b = int64(f)
+	}
+	if p.ByteAllowance > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return b + p.ByteAllowance
 }

@@ -11,15 +11,15 @@ func TestValidate(t *testing.T) {
 		p    Policy
 		want string // error text, "" for nil
 	}{
-		{"defaults", Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}, ""},
+		{"defaults", Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}, ""},
 		{"smallest valid", Policy{LoadFactor: 1, Allowance: 0, MinDepth: 1}, ""},
 		{"zero value", Policy{}, "load_factor must be at least 1, got 0"},
-		{"load factor below 1", Policy{0.5, 16, 4}, "load_factor must be at least 1, got 0.5"},
-		{"load factor NaN", Policy{math.NaN(), 16, 4}, "load_factor must be at least 1, got NaN"},
-		{"load factor infinite", Policy{math.Inf(1), 16, 4}, "load_factor must be finite, got +Inf"},
-		{"negative allowance", Policy{1.25, -1, 4}, "allowance must be at least 0, got -1"},
-		{"zero min depth", Policy{1.25, 16, 0}, "min_depth must be at least 1, got 0"},
-		{"negative min depth", Policy{1.25, 16, -3}, "min_depth must be at least 1, got -3"},
+		{"load factor below 1", Policy{0.5, 16, 4, 0}, "load_factor must be at least 1, got 0.5"},
+		{"load factor NaN", Policy{math.NaN(), 16, 4, 0}, "load_factor must be at least 1, got NaN"},
+		{"load factor infinite", Policy{math.Inf(1), 16, 4, 0}, "load_factor must be finite, got +Inf"},
+		{"negative allowance", Policy{1.25, -1, 4, 0}, "allowance must be at least 0, got -1"},
+		{"zero min depth", Policy{1.25, 16, 0, 0}, "min_depth must be at least 1, got 0"},
+		{"negative min depth", Policy{1.25, 16, -3, 0}, "min_depth must be at least 1, got -3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,22 +49,22 @@ func TestBound(t *testing.T) {
 		cands []Candidate
 		want  int
 	}{
-		{"no candidates", Policy{1.25, 16, 4}, nil, 0},
+		{"no candidates", Policy{1.25, 16, 4, 0}, nil, 0},
 		// ceil(1.25 * 11 / 4) = ceil(3.4375)
-		{"bounded loads capacity", Policy{1.25, 0, 4}, loads(1, 2, 3, 4), 4},
-		{"allowance is added", Policy{1.25, 16, 4}, loads(1, 2, 3, 4), 20},
+		{"bounded loads capacity", Policy{1.25, 0, 4, 0}, loads(1, 2, 3, 4), 4},
+		{"allowance is added", Policy{1.25, 16, 4, 0}, loads(1, 2, 3, 4), 20},
 		// ceil(1.25 * 1 / 8): the incoming request counts.
-		{"idle fleet", Policy{1.25, 0, 4}, loads(0, 0, 0, 0, 0, 0, 0, 0), 1},
-		{"exact quotient", Policy{1, 0, 4}, loads(2, 2), 3},
-		{"factor 2", Policy{2, 0, 4}, loads(3, 0, 0), 3},
-		{"single candidate", Policy{1.25, 0, 4}, loads(100), 127},
+		{"idle fleet", Policy{1.25, 0, 4, 0}, loads(0, 0, 0, 0, 0, 0, 0, 0), 1},
+		{"exact quotient", Policy{1, 0, 4, 0}, loads(2, 2), 3},
+		{"factor 2", Policy{2, 0, 4, 0}, loads(3, 0, 0), 3},
+		{"single candidate", Policy{1.25, 0, 4, 0}, loads(100), 127},
 		// Invalid policies stay defined.
-		{"zero factor", Policy{0, 5, 4}, loads(7, 7), 5},
-		{"NaN factor", Policy{math.NaN(), 5, 4}, loads(7, 7), 5},
-		{"negative factor", Policy{-1, 0, 4}, loads(7, 7), 0},
-		{"infinite factor", Policy{math.Inf(1), 0, 4}, loads(1), math.MaxInt32},
-		{"allowance saturates", Policy{1, math.MaxInt, 4}, loads(1), math.MaxInt},
-		{"never negative", Policy{1, -5, 4}, loads(0), 0},
+		{"zero factor", Policy{0, 5, 4, 0}, loads(7, 7), 5},
+		{"NaN factor", Policy{math.NaN(), 5, 4, 0}, loads(7, 7), 5},
+		{"negative factor", Policy{-1, 0, 4, 0}, loads(7, 7), 0},
+		{"infinite factor", Policy{math.Inf(1), 0, 4, 0}, loads(1), math.MaxInt32},
+		{"allowance saturates", Policy{1, math.MaxInt, 4, 0}, loads(1), math.MaxInt},
+		{"never negative", Policy{1, -5, 4, 0}, loads(0), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

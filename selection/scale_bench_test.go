@@ -14,7 +14,7 @@ import (
 // the best of each kind). Choose is linear in the candidates by design
 // (rendezvous hashing must score them all); these say what the constant is.
 func BenchmarkChooseParts(b *testing.B) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth}
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}
 	for _, n := range []int{4, 16, 64, 256} {
 		cands := benchCands(n, true)
 		b.Run(fmt.Sprintf("bound/n=%d", n), func(b *testing.B) {
@@ -46,7 +46,7 @@ func BenchmarkChooseParts(b *testing.B) {
 			clk := cputime.Start()
 			for b.Loop() {
 				placement += 0x9e3779b97f4a7c15
-				sink += p.Choose(cands, placement).Index
+				sink += p.Choose(cands, placement, 0).Index
 			}
 			clk.Report(b)
 			benchSink = sink
