@@ -60,6 +60,7 @@ type instanceStats struct {
 	// LoadAllowanceBytes is load_allowance_bytes; 0 when the byte bound is off.
 	LoadAllowanceBytes int64           `json:"load_allowance_bytes"`
 	MinMatch           int             `json:"min_match"`
+	MinMatchRatio      float64         `json:"min_match_ratio"`
 	Entries            int             `json:"entries"`
 	Bytes              int64           `json:"bytes"`
 	Evictions          uint64          `json:"evictions"`
@@ -91,8 +92,8 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			Instance: i, Index: s.state.key,
 			ChunkSize: s.ChunkSize, MaxEntries: s.MaxEntries,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
-			LoadAllowanceBytes: *s.LoadAllowanceBytes,
-			Entries:            st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
+			LoadAllowanceBytes: *s.LoadAllowanceBytes, MinMatchRatio: *s.MinMatchRatio,
+			Entries: st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
 		}
 		if pool := s.lastPool.Load(); pool != nil {

@@ -22,6 +22,7 @@ import (
 //		load_allowance <requests>
 //		load_allowance_bytes <size>|off
 //		min_match      <bytes>
+//		min_match_ratio <fraction>
 //		tenant         <placeholder>
 //		forget_after   <duration>
 //		fallback       <policy> {
@@ -53,6 +54,18 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 		case "min_match":
 			if err := positiveInt(d, &s.MinMatch); err != nil {
 				return err
+			}
+		case "min_match_ratio":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil || !(f >= 0 && f <= 1) {
+				return d.Errf("invalid min_match_ratio '%s': must be a number from 0 to 1", d.Val())
+			}
+			s.MinMatchRatio = &f
+			if d.NextArg() {
+				return d.ArgErr()
 			}
 		case "max_body":
 			if !d.NextArg() {
