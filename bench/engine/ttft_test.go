@@ -62,19 +62,19 @@ func TestColdWarmTTFT(t *testing.T) {
 	if p < 7900 || p > 8100 || u1.cached() != 0 || u2.cached() != (p-1)/16*16 {
 		t.Fatalf("prompt %d tokens, cached %d then %d: want ~8000, 0, all full blocks", p, u1.cached(), u2.cached())
 	}
-	// The engine's own work (JSON, tokenizing 32 KB) and the HTTP round
-	// trip add a few ms to the model; many more under the race detector.
-	slack, minRatio := 30*time.Millisecond, 10.0
-	if raceEnabled {
-		slack, minRatio = 150*time.Millisecond, 5
+	// The simulated prefill is a sleep, so neither TTFT can be shorter
+	// than its model. How much longer depends on the machine (the engine's
+	// own work, the HTTP round trip, the race detector, other jobs): the
+	// measured ratio is the benchmark's business (BENCHMARKS.md), and the
+	// test only asks that the cache saves at least half of the modelled
+	// difference, which a loaded machine still shows.
+	if cold < wantCold {
+		t.Errorf("cold TTFT %v, shorter than its model %v", cold, wantCold)
 	}
-	if cold < wantCold || cold > wantCold+slack {
-		t.Errorf("cold TTFT %v, want %v to %v", cold, wantCold, wantCold+slack)
+	if warm < wantWarm {
+		t.Errorf("warm TTFT %v, shorter than its model %v", warm, wantWarm)
 	}
-	if warm < wantWarm || warm > wantWarm+slack {
-		t.Errorf("warm TTFT %v, want %v to %v", warm, wantWarm, wantWarm+slack)
-	}
-	if ratio := float64(cold) / float64(warm); ratio < minRatio {
-		t.Errorf("cold/warm TTFT = %.1f, want at least %v", ratio, minRatio)
+	if saved, modelled := cold-warm, wantCold-wantWarm; saved < modelled/2 {
+		t.Errorf("the cache saved %v of TTFT (cold %v, warm %v), want at least half the modelled %v", saved, cold, warm, modelled)
 	}
 }
