@@ -1,10 +1,14 @@
 package dialect
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // Benchmark notes (2 shared vCPUs, AMD EPYC, 1 MB L2; wall-clock numbers
@@ -37,7 +41,15 @@ import (
 //     is the design kept.
 //   - A SWAR scanner finding '"' or '\' eight bytes at a time in one pass
 //     instead of bytes.IndexByte for '"' then for '\' up to it: 2.8-3.0
-//     GB/s against 3.0-3.8 GB/s on chat content strings.
+//     GB/s against 3.0-3.8 GB/s on chat content strings, with the same
+//     body every iteration. Measured again on distinct bodies
+//     (BenchmarkAppendChat "many"), where the branch predictors cannot
+//     learn where the escapes are, a one-pass scanner that also copies
+//     (store each word, then test it) and decodes two-byte escapes in its
+//     loop wins: 1.3x on chat bodies at every size. It is appendString
+//     now; docs/overhead.md ("Extraction: single-pass scanner") has the
+//     table, with the variants that lost (16 bytes per test; a
+//     branch-free word with one escape).
 //   - bytes.IndexByte for short strings: a byte loop over the first 16
 //     bytes first (keys, roles, types) is 5-8% faster on 1 KB bodies; one
 //     byte loop for object keys raised chat 16KB from 2.5 to 2.8 GB/s.
@@ -193,12 +205,137 @@ func benchAppend(b *testing.B, body []byte) {
 	buf := make([]byte, 0, 2*len(body))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	clk := cputime.Start()
 	for b.Loop() {
 		if _, _, err := Append(buf[:0], body); err != nil {
 			b.Fatal(err)
 		}
 	}
+	clk.Report(b)
 }
+
+// BenchmarkAppendChat renders openai_chat bodies three ways: the same body
+// every iteration (what BenchmarkAppend measures: body and text stay in
+// cache and the branch predictors learn the body), a few distinct bodies
+// of the same shape (the predictors cannot learn them; at 1 KB and 16 KB
+// they still fit in L2), and many distinct bodies, cycled through, 32 MiB
+// in all (cold in cache as well, as a proxy sees request after request).
+// "many" is the number to report.
+func BenchmarkAppendChat(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, c := range []struct {
+			name string
+			n    int
+		}{{"same", 1}, {"few", 8}, {"many", max(8, cycleBytes/size)}} {
+			b.Run(c.name+"/"+sizeName(size), func(b *testing.B) {
+				benchAppendCycle(b, chatBodies(size, c.n))
+			})
+		}
+		// The floor: reading every byte of the "many" bodies once
+		// (bytes.IndexByte for a byte they do not contain).
+		b.Run("floor/"+sizeName(size), func(b *testing.B) {
+			bodies := chatBodies(size, max(8, cycleBytes/size))
+			b.SetBytes(int64(len(bodies[0])))
+			k := 0
+			clk := cputime.Start()
+			for b.Loop() {
+				if bytes.IndexByte(bodies[k], 0) >= 0 {
+					b.Fatal("a body contains a NUL byte")
+				}
+				if k++; k == len(bodies) {
+					k = 0
+				}
+			}
+			clk.Report(b)
+		})
+	}
+}
+
+// BenchmarkAppendString renders one 16 KiB string without escapes and one
+// with an escape every 32 bytes, with appendString and with the
+// IndexByte-based appendStringRef it replaced.
+func BenchmarkAppendString(b *testing.B) {
+	buf := make([]byte, 0, 32<<10)
+	for _, c := range []struct{ name, unit string }{
+		{"plain", "abcdefghijklmnopqrstuvwxyz012345"},
+		{"esc32", `abcdefghijklmnopqrstuvwxyz0123\n`},
+	} {
+		s := append(append([]byte{'"'}, bytes.Repeat([]byte(c.unit), 512)...), '"')
+		for _, f := range []struct {
+			name string
+			fn   func(dst, b []byte, i int) ([]byte, int, error)
+		}{{"scan", appendString}, {"ref", appendStringRef}} {
+			b.Run(c.name+"/"+f.name, func(b *testing.B) {
+				b.SetBytes(int64(len(s)))
+				clk := cputime.Start()
+				for b.Loop() {
+					if _, _, err := f.fn(buf[:0], s, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				clk.Report(b)
+			})
+		}
+	}
+}
+
+// cycleBytes is how many bytes of distinct bodies the "many" benchmarks
+// cycle through: well beyond the L2 (1 MB) and the share of L3 a VM gets.
+const cycleBytes = 32 << 20
+
+func benchAppendCycle(b *testing.B, bodies [][]byte) {
+	var total int
+	for _, body := range bodies {
+		total += len(body)
+	}
+	buf := make([]byte, 0, 2*(total/len(bodies)))
+	b.SetBytes(int64(total / len(bodies)))
+	b.ReportAllocs()
+	k := 0
+	clk := cputime.Start()
+	for b.Loop() {
+		if _, _, err := Append(buf[:0], bodies[k]); err != nil {
+			b.Fatal(err)
+		}
+		if k++; k == len(bodies) {
+			k = 0
+		}
+	}
+	clk.Report(b)
+}
+
+// chatBodies returns n distinct openai_chat bodies of about size bytes
+// each, of genChat's shape: a system prompt, then user and assistant turns
+// drawn at random from a pool of distinct turns (cheaper than generating
+// every turn afresh; the pool is 2 MiB, so no two bodies render alike
+// and the predictors cannot learn the sequence).
+func chatBodies(size, n int) [][]byte {
+	pool := chatTurnPool()
+	r := rand.New(rand.NewPCG(uint64(size), uint64(n)))
+	head := style{}.encode(obj{{"role", "system"}, {"content", systemPrompt}})
+	bodies := make([][]byte, n)
+	for k := range bodies {
+		body := append([]byte(`{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[`), head...)
+		for i := 0; len(body) < size; i++ {
+			body = append(body, ',')
+			body = append(body, pool[i%2][r.IntN(len(pool[i%2]))]...)
+		}
+		bodies[k] = append(body, `],"stream":true,"temperature":0.7}`...)
+	}
+	return bodies
+}
+
+var chatTurnPool = sync.OnceValue(func() (pool [2][][]byte) {
+	r := rand.New(rand.NewPCG(6, 1))
+	for n := 0; n < 2<<20; {
+		for i := range pool {
+			m := style{}.encode(chatTurn(r, i))
+			pool[i] = append(pool[i], m)
+			n += len(m)
+		}
+	}
+	return pool
+})
 
 // BenchmarkEncodingJSON is the reference: a full encoding/json decode of the
 // same chat bodies, into map[string]any and into a minimal struct.

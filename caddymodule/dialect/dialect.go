@@ -111,7 +111,10 @@ const (
 // On error, Append returns dst unchanged, a zero Request and an error
 // matching ErrNotJSON, ErrSyntax or ErrUnknownDialect.
 //
-// Append does not allocate when dst has room for the text.
+// Append does not allocate when dst has room for the text. Unlike the
+// built-in append, it may overwrite the bytes of dst's spare capacity
+// beyond the returned length (a word at a time, for speed): pass a buffer
+// whose spare capacity holds nothing else.
 func Append(dst, body []byte) ([]byte, Request, error) {
 	p := parser{b: body}
 	out, req, err := p.top(dst)

@@ -1,0 +1,139 @@
+package dialect
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"unicode/utf8"
+)
+
+// appendStringRef is appendString as it was before the one-pass scanner
+// (bytes.IndexByte for the quote, then for each backslash up to it): the
+// reference the scanner must agree with, output and errors alike.
+func appendStringRef(dst, b []byte, i int) ([]byte, int, error) {
+	for j := i + 1; j < len(b) && j <= i+shortString; j++ {
+		if c := b[j]; c == '"' {
+			return append(dst, b[i+1:j]...), j + 1, nil
+		} else if c == '\\' {
+			break
+		}
+	}
+	j := i + 1
+	q := bytes.IndexByte(b[j:], '"')
+	if q < 0 {
+		return dst, 0, syntaxErr(i, "unterminated string")
+	}
+	q += j
+	for {
+		k := bytes.IndexByte(b[j:q], '\\')
+		if k < 0 {
+			return append(dst, b[j:q]...), q + 1, nil
+		}
+		k += j
+		dst = append(dst, b[j:k]...)
+		if k+1 >= len(b) {
+			return dst, 0, syntaxErr(i, "unterminated string")
+		}
+		switch c := b[k+1]; c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+			j = k + 2
+		case 'n':
+			dst = append(dst, '\n')
+			j = k + 2
+		case 't':
+			dst = append(dst, '\t')
+			j = k + 2
+		case 'r':
+			dst = append(dst, '\r')
+			j = k + 2
+		case 'b':
+			dst = append(dst, '\b')
+			j = k + 2
+		case 'f':
+			dst = append(dst, '\f')
+			j = k + 2
+		case 'u':
+			r, ok := hex4(b, k+2)
+			if !ok {
+				return dst, 0, syntaxErr(k, "invalid \\u escape")
+			}
+			j = k + 6
+			if utf16IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if j+1 < len(b) && b[j] == '\\' && b[j+1] == 'u' {
+					r2, ok2 = hex4(b, j+2)
+				}
+				if ok2 && r < 0xdc00 && r2 >= 0xdc00 && r2 < 0xe000 {
+					r = 0x10000 + (r-0xd800)<<10 + (r2 - 0xdc00)
+					j += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, 0, syntaxErr(k, "invalid escape")
+		}
+		if j > q {
+			// The escape consumed the quote we had found (\" or a \u
+			// sequence running past it): find the next one.
+			n := bytes.IndexByte(b[j:], '"')
+			if n < 0 {
+				return dst, 0, syntaxErr(i, "unterminated string")
+			}
+			q = j + n
+		}
+	}
+}
+
+// checkAppendString compares appendString with appendStringRef on the
+// string starting at b[i], with dst of several capacities (the scanner
+// takes its byte-by-byte path when dst is short of room).
+func checkAppendString(t *testing.T, b []byte, i int) {
+	t.Helper()
+	want, wantEnd, wantErr := appendStringRef([]byte("pre"), b, i)
+	for _, room := range []int{0, 1, 7, 8, 9, 64, len(want) - 3, len(b) + 8} {
+		dst := append(make([]byte, 0, 3+room), "pre"...)
+		got, end, err := appendString(dst, b, i)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || (err == nil && (end != wantEnd || !bytes.Equal(got, want))) {
+			t.Fatalf("appendString(%q, %d) with room %d = %q, %d, %v, want %q, %d, %v", b, i, room, got, end, err, want, wantEnd, wantErr)
+		}
+		if err == nil && len(got) <= cap(dst) && &got[:1][0] != &dst[:1][0] {
+			t.Fatalf("appendString(%q, %d) with room %d for %d bytes reallocated dst", b, i, room, len(got)-3)
+		}
+		if err != nil && !errors.Is(err, ErrSyntax) {
+			t.Fatalf("appendString(%q, %d) error %v, want ErrSyntax", b, i, err)
+		}
+	}
+}
+
+func TestAppendStringMatchesReference(t *testing.T) {
+	pieces := []string{"a", "bcdefgh", "\\\\", "\\\"", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\ude00",
+		"\\u12", "\\x", "\\", "\"", "\xff", "é", "        ", "\\u00", "\\uzzzz", "\\/"}
+	for n := range 4000 {
+		var s []byte
+		s = append(s, '"')
+		for k, x := 0, n; k < 1+n%9; k++ {
+			s = append(s, pieces[x%len(pieces)]...)
+			x = x*7 + k + 3
+		}
+		checkAppendString(t, s, 0)
+		checkAppendString(t, append([]byte("xx"), s...), 2)
+	}
+}
+
+// FuzzAppendString checks that appendString renders every string, and
+// rejects every invalid one, exactly as appendStringRef does.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"a\"b\\c\/d\be\ff\ng\rh\ti"`, `"\ud83d\ude00x"`, `"\ud83d\u0041"`, `"\x"`, `"\u12"`, `"a\"b`, `"` + "\xff" + `"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			b = append([]byte{'"'}, b...)
+		}
+		checkAppendString(t, b, 0)
+	})
+}
