@@ -27,6 +27,7 @@ import (
 func main() {
 	lead := flag.String("lead", "prefix_cache", "the policy whose lead is checked against every other")
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
+	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-policies a,b] result.json...")
@@ -40,6 +41,24 @@ func main() {
 			os.Exit(1)
 		}
 		all = append(all, rs...)
+	}
+	if *rename != "" {
+		names := map[string]string{}
+		for _, pair := range strings.Split(*rename, ",") {
+			old, name, ok := strings.Cut(pair, "=")
+			if !ok {
+				fmt.Fprintf(os.Stderr, "peertable: -rename %q: want old=new\n", pair)
+				os.Exit(2)
+			}
+			names[old] = name
+		}
+		for _, res := range all {
+			for _, r := range res.Runs {
+				if name, ok := names[r.Policy]; ok {
+					r.Policy = name
+				}
+			}
+		}
 	}
 	var order []string
 	if *only != "" {
