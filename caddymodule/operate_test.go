@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
 // scrape returns the value of each sample of Caddy's /metrics whose line
@@ -237,9 +239,10 @@ func TestAdminAPI(t *testing.T) {
 	}
 	var dry struct {
 		Results []struct {
-			Routed   bool   `json:"routed"`
-			Reason   string `json:"reason"`
-			Upstream string `json:"upstream"`
+			Routed    bool   `json:"routed"`
+			Reason    string `json:"reason"`
+			Upstream  string `json:"upstream"`
+			ByteBound int64  `json:"byte_bound"`
 		} `json:"results"`
 	}
 	json.NewDecoder(resp.Body).Decode(&dry)
@@ -252,6 +255,9 @@ func TestAdminAPI(t *testing.T) {
 	}
 	if len(dry.Results) != 1 || !dry.Results[0].Routed || dry.Results[0].Reason != "match" || dry.Results[0].Upstream != homeDial {
 		t.Errorf("dry run = %+v, want a match on %s", dry.Results, homeDial)
+	}
+	if len(dry.Results) == 1 && dry.Results[0].ByteBound < caddymodule.DefaultLoadAllowanceBytes {
+		t.Errorf("dry run byte bound %d, want at least the default allowance %d", dry.Results[0].ByteBound, caddymodule.DefaultLoadAllowanceBytes)
 	}
 	if got := getStats(t, admin).Instances[0].Entries; got != entries {
 		t.Errorf("entries after dry run = %d, want %d: a dry run must not record", got, entries)
