@@ -105,13 +105,30 @@ func (s *PrefixCacheSelection) route(r *http.Request) *peeked {
 }
 
 // derive parses p.body into routing text and chunk hashes.
+//
+// Only the text that max_chunks chunks hold is rendered: hashing needs no
+// more, and the rest of the body is skipped rather than unescaped
+// (dialect.AppendLimit). p.textLen, the request's prompt_bytes and its
+// charge to the byte bound, is the whole text's length, exact for texts
+// within the limit and an upper bound beyond it (escaped bytes past the
+// limit count as written). The placement key is clamped to the rendered
+// text, so a first user message ending past the limit is keyed on the
+// first max_chunks chunks.
 func (s *PrefixCacheSelection) derive(r *http.Request, p *peeked) {
 	p.owner = s
 	sc := getScratch()
 	defer putScratch(sc)
+	limit := s.MaxChunks * s.ChunkSize
+	if s.ChunkSize > 0 && limit/s.ChunkSize != s.MaxChunks {
+		limit = -1 // overflow: no limit
+	}
 	// Routing text is at most about as long as the body: one allocation
 	// for a large body rather than a chain of doublings.
-	text, req, err := dialect.Append(slices.Grow(sc.text[:0], len(p.body)), p.body)
+	size := len(p.body)
+	if limit >= 0 {
+		size = min(size, limit+3) // AppendLimit may write 3 bytes past the limit
+	}
+	text, req, err := dialect.AppendLimit(slices.Grow(sc.text[:0], size), p.body, limit)
 	sc.text = text
 	switch {
 	case errors.Is(err, dialect.ErrUnknownDialect):
@@ -129,7 +146,7 @@ func (s *PrefixCacheSelection) derive(r *http.Request, p *peeked) {
 	}
 	seed := prefixindex.Seed(req.Model, req.CacheSalt, tenant)
 	p.dialect = req.Kind.String()
-	p.textLen = len(text)
+	p.textLen = req.TextLen
 	p.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, min(len(text)/s.ChunkSize, s.MaxChunks)), seed, text)
 	p.placement = placementKey(seed, text[:req.Placement])
 }

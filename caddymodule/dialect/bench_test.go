@@ -228,7 +228,7 @@ func BenchmarkAppendChat(b *testing.B) {
 			n    int
 		}{{"same", 1}, {"few", 8}, {"many", max(8, cycleBytes/size)}} {
 			b.Run(c.name+"/"+sizeName(size), func(b *testing.B) {
-				benchAppendCycle(b, chatBodies(size, c.n))
+				benchAppendCycle(b, chatBodies(size, c.n), -1)
 			})
 		}
 		// The floor: reading every byte of the "many" bodies once
@@ -264,7 +264,7 @@ func BenchmarkAppendString(b *testing.B) {
 		for _, f := range []struct {
 			name string
 			fn   func(dst, b []byte, i int) ([]byte, int, error)
-		}{{"scan", appendString}, {"ref", appendStringRef}} {
+		}{{"scan", appendString}, {"ref", appendStringRef}, {"count", countOnly}} {
 			b.Run(c.name+"/"+f.name, func(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				clk := cputime.Start()
@@ -279,11 +279,44 @@ func BenchmarkAppendString(b *testing.B) {
 	}
 }
 
+// countOnly is countString with appendString's signature: what a string
+// past AppendLimit's limit costs.
+func countOnly(dst, b []byte, i int) ([]byte, int, error) {
+	end, _, err := countString(b, i, i+1)
+	return dst, end, err
+}
+
+// BenchmarkAppendLimit renders openai_chat bodies of 256 KB and 1 MB
+// whole (Append: "all") and up to 512 KiB and 128 KiB of text
+// (AppendLimit), the same body every iteration and many distinct bodies
+// (as BenchmarkAppendChat). 512 KiB is max_chunks x chunk_size by
+// default, 128 KiB that of max_chunks 512.
+func BenchmarkAppendLimit(b *testing.B) {
+	for _, size := range []int{256 << 10, 1 << 20} {
+		for _, c := range []struct {
+			name string
+			n    int
+		}{{"same", 1}, {"many", max(8, cycleBytes/size)}} {
+			bodies := chatBodies(size, c.n)
+			for _, l := range []struct {
+				name  string
+				limit int
+			}{{"all", -1}, {"512KiB", 512 << 10}, {"128KiB", 128 << 10}} {
+				b.Run(c.name+"/"+sizeName(size)+"/"+l.name, func(b *testing.B) {
+					benchAppendCycle(b, bodies, l.limit)
+				})
+			}
+		}
+	}
+}
+
 // cycleBytes is how many bytes of distinct bodies the "many" benchmarks
 // cycle through: well beyond the L2 (1 MB) and the share of L3 a VM gets.
 const cycleBytes = 32 << 20
 
-func benchAppendCycle(b *testing.B, bodies [][]byte) {
+// benchAppendCycle renders the bodies in turn, with Append if limit is
+// negative, else with AppendLimit.
+func benchAppendCycle(b *testing.B, bodies [][]byte, limit int) {
 	var total int
 	for _, body := range bodies {
 		total += len(body)
@@ -294,7 +327,13 @@ func benchAppendCycle(b *testing.B, bodies [][]byte) {
 	k := 0
 	clk := cputime.Start()
 	for b.Loop() {
-		if _, _, err := Append(buf[:0], bodies[k]); err != nil {
+		var err error
+		if limit < 0 {
+			_, _, err = Append(buf[:0], bodies[k])
+		} else {
+			_, _, err = AppendLimit(buf[:0], bodies[k], limit)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 		if k++; k == len(bodies) {

@@ -39,10 +39,8 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 			p.anthropic = true // Anthropic tool definitions
 		}
 	}
-	dst = append(dst, sepTools)
-	dst = append(dst, "tools"...)
-	dst = append(dst, sepUnit)
-	return append(dst, b[i:end]...), end, nil
+	dst = put(p, dst, "\x1ctools\x1f") // FS "tools" US
+	return put(p, dst, b[i:end]), end, nil
 }
 
 // hasKey reports whether the object at b[i], already skipped once, has a
@@ -80,21 +78,23 @@ func (p *parser) messages(dst []byte, i int) ([]byte, int, error) {
 
 // openMessage starts a message: RS role US.
 func (p *parser) openMessage(dst []byte, role string) []byte {
-	dst = append(dst, sepRole)
-	dst = append(dst, role...)
+	dst = p.putByte(dst, sepRole)
+	dst = put(p, dst, role)
 	p.inText = false
-	return append(dst, sepUnit)
+	return p.putByte(dst, sepUnit)
 }
 
 // header renders RS role US for the role string at b[i] and reports
 // whether the role is "user".
 func (p *parser) header(dst []byte, i int) ([]byte, bool, error) {
-	dst = append(dst, sepRole)
+	dst = p.putByte(dst, sepRole)
 	rs := len(dst)
-	dst, _, err := appendString(dst, p.b, i)
+	dst, _, err := p.str(dst, i)
+	// Past the limit the role is not all rendered, so this may be wrong,
+	// but the placement key ending there is clamped to the limit anyway.
 	user := string(dst[rs:]) == "user"
 	p.inText = false
-	return append(dst, sepUnit), user, err
+	return p.putByte(dst, sepUnit), user, err
 }
 
 // message renders the chat or Anthropic message object at b[i]: header,
@@ -104,7 +104,7 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 	if b[i] != '{' {
 		return dst, 0, shapeErr(i, "message is not an object")
 	}
-	ms := len(dst)
+	ms := p.pos(dst)
 	var role, content, toolCalls, functionCall span
 	var header, user, contentDone, callsDone, slow bool
 	i, more, err := firstMember(b, i)
@@ -156,7 +156,7 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 	}
 	end := i
 	if slow {
-		dst = dst[:ms]
+		dst = p.reset(dst, ms)
 		header, contentDone, callsDone = false, false, false
 	}
 	if !header {
@@ -183,7 +183,7 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 		}
 	}
 	if user && p.placement < 0 {
-		p.placement = len(dst) - p.start
+		p.placement = p.pos(dst) - p.start
 	}
 	return dst, end, nil
 }
@@ -225,10 +225,10 @@ func (p *parser) content(dst []byte, i int) ([]byte, int, error) {
 // text item of the same message with "\n".
 func (p *parser) text(dst []byte, i int) ([]byte, int, error) {
 	if p.inText {
-		dst = append(dst, '\n')
+		dst = p.putByte(dst, '\n')
 	}
 	p.inText = true
-	return appendString(dst, p.b, i)
+	return p.str(dst, i)
 }
 
 // partFields are the spans of the content part members that some part type
@@ -250,7 +250,7 @@ func isTextType(typ []byte) bool {
 // before it; everything else is rendered from spans at the end.
 func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	b := p.b
-	obj, ps, inText := i, len(dst), p.inText
+	obj, ps, inText := i, p.pos(dst), p.inText
 	var f partFields
 	var done, slow bool
 	i, more, err := firstMember(b, i)
@@ -317,7 +317,7 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	if done && !slow {
 		return dst, end, nil
 	}
-	dst, p.inText = dst[:ps], inText
+	dst, p.inText = p.reset(dst, ps), inText
 	typ := stringContents(b, f.typ)
 	switch string(typ) {
 	case "text", "input_text", "output_text":
@@ -357,8 +357,8 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 			if f.content.ok() {
 				dst, _, err = p.toolResult(dst, f.content.s)
 			} else {
-				at := p.openPart(dst, "tool_result")
-				dst = p.closePart(at, len(at))
+				dst = p.openPart(dst, "tool_result")
+				dst = p.closePart(dst, p.pos(dst))
 			}
 			return dst, end, err
 		}
@@ -410,15 +410,20 @@ func (p *parser) digestPart(dst []byte, label string, v span, end int) ([]byte, 
 	if err != nil {
 		return dst, 0, err
 	}
-	at := p.openPart(dst, label)
-	return p.closePart(appendDigest(at, h), len(at)), end, nil
+	dst = p.openPart(dst, label)
+	at := p.pos(dst)
+	return p.closePart(p.putDigest(dst, h), at), end, nil
 }
 
 // stringDigest returns the xxh3 digest of the unescaped contents of the
 // string value v, unescaping into dst's spare room if it has escapes (some
 // serialisers write "/" in base64 as "\/"). dst's length is unchanged.
+// Past the limit it does nothing (the digest is 0).
 func (p *parser) stringDigest(dst []byte, v span) ([]byte, uint64, error) {
 	b := p.b
+	if len(dst) >= p.lim {
+		return dst, 0, nil
+	}
 	if !hasEscape(b, v.s, v.e) {
 		return dst, xxh3.Hash(b[v.s+1 : v.e-1]), nil
 	}
@@ -455,30 +460,54 @@ func (p *parser) membersDigest(i int) uint64 {
 // with the raw type as the label and the digest of the members of the
 // object at b[obj] as the payload.
 func (p *parser) digestItem(dst, typ []byte, obj int) []byte {
-	dst = append(dst, sepPart)
-	dst = append(dst, typ...)
-	dst = append(dst, sepUnit, 8, 0, 0, 0)
 	p.inText = false
-	return appendDigest(dst, p.membersDigest(obj))
+	if len(dst) >= p.lim {
+		p.over += len(typ) + 14
+		return dst
+	}
+	dst = p.putByte(dst, sepPart)
+	dst = put(p, dst, typ)
+	dst = put(p, dst, "\x1f\x08\x00\x00\x00") // US, length 8
+	return p.putDigest(dst, p.membersDigest(obj))
 }
 
-func appendDigest(dst []byte, h uint64) []byte {
-	return binary.LittleEndian.AppendUint64(dst, h)
+// putDigest appends h, 8 bytes little-endian, as put does.
+func (p *parser) putDigest(dst []byte, h uint64) []byte {
+	if p.lim-len(dst) >= 8 {
+		return binary.LittleEndian.AppendUint64(dst, h)
+	}
+	var a [8]byte
+	binary.LittleEndian.PutUint64(a[:], h)
+	return put(p, dst, a[:])
 }
 
 // openPart renders GS label US and a 4-byte length placeholder that
 // closePart fills in. The payload begins at len(result).
 func (p *parser) openPart(dst []byte, label string) []byte {
-	dst = append(dst, sepPart)
-	dst = append(dst, label...)
-	dst = append(dst, sepUnit, 0, 0, 0, 0)
+	dst = p.putByte(dst, sepPart)
+	dst = put(p, dst, label)
+	dst = put(p, dst, "\x1f\x00\x00\x00\x00") // US, the length
+	if p.over < 4 {
+		p.exact++ // the length is written: its payload must be measured exactly
+	}
 	p.inText = false
 	return dst
 }
 
-// closePart sets the length of the part whose payload begins at at.
+// closePart sets the length of the part whose payload begins at position
+// at: as much of it as was written.
 func (p *parser) closePart(dst []byte, at int) []byte {
-	binary.LittleEndian.PutUint32(dst[at-4:], uint32(len(dst)-at))
+	n := uint32(p.pos(dst) - at)
+	if at <= len(dst) {
+		binary.LittleEndian.PutUint32(dst[at-4:], n)
+	} else if at-4 < len(dst) {
+		var a [4]byte
+		binary.LittleEndian.PutUint32(a[:], n)
+		copy(dst[at-4:], a[:])
+	}
+	if at-4 < len(dst) {
+		p.exact--
+	}
 	p.inText = false
 	return dst
 }
@@ -487,8 +516,8 @@ func (p *parser) closePart(dst []byte, at int) []byte {
 func (p *parser) thinking(dst []byte, i int) ([]byte, int, error) {
 	p.anthropic = true
 	dst = p.openPart(dst, "thinking")
-	at := len(dst)
-	dst, end, err := appendString(dst, p.b, i)
+	at := p.pos(dst)
+	dst, end, err := p.str(dst, i)
 	return p.closePart(dst, at), end, err
 }
 
@@ -497,7 +526,7 @@ func (p *parser) thinking(dst []byte, i int) ([]byte, int, error) {
 func (p *parser) toolResult(dst []byte, i int) ([]byte, int, error) {
 	p.anthropic = true
 	dst = p.openPart(dst, "tool_result")
-	at := len(dst)
+	at := p.pos(dst)
 	p.nested = true
 	dst, end, err := p.content(dst, i)
 	p.nested = false
@@ -510,21 +539,21 @@ func (p *parser) toolResult(dst []byte, i int) ([]byte, int, error) {
 func (p *parser) toolCall(dst []byte, name, args span) ([]byte, error) {
 	b := p.b
 	dst = p.openPart(dst, "tool_call")
-	at := len(dst)
+	at := p.pos(dst)
 	var err error
 	if name.ok() && b[name.s] == '"' {
-		if dst, _, err = appendString(dst, b, name.s); err != nil {
+		if dst, _, err = p.str(dst, name.s); err != nil {
 			return dst, err
 		}
 	}
-	dst = append(dst, sepUnit)
+	dst = p.putByte(dst, sepUnit)
 	if args.ok() && !isNull(b, args) {
 		if b[args.s] == '"' {
-			if dst, _, err = appendString(dst, b, args.s); err != nil {
+			if dst, _, err = p.str(dst, args.s); err != nil {
 				return dst, err
 			}
 		} else {
-			dst = append(dst, b[args.s:args.e]...)
+			dst = put(p, dst, b[args.s:args.e])
 		}
 	}
 	return p.closePart(dst, at), nil

@@ -50,8 +50,14 @@ type Request struct {
 	CacheSalt []byte
 	// Placement is the length of the placement key: the first Placement
 	// bytes of the appended text. For chat-like dialects it ends after the
-	// first user message; otherwise it is the whole text.
+	// first user message; otherwise it is the whole text. AppendLimit
+	// clamps it to the text it appended.
 	Placement int
+	// TextLen is the length of the whole routing text: what Append
+	// appends. AppendLimit reports it exactly if the text is within its
+	// limit, and an upper bound otherwise (escaped bytes past the limit
+	// count as written).
+	TextLen int
 }
 
 // Errors returned by Append, to be matched with errors.Is. The returned
@@ -116,13 +122,38 @@ const (
 // beyond the returned length (a word at a time, for speed): pass a buffer
 // whose spare capacity holds nothing else.
 func Append(dst, body []byte) ([]byte, Request, error) {
-	p := parser{b: body}
+	return AppendLimit(dst, body, -1)
+}
+
+// AppendLimit is Append that appends only the first limit bytes of the
+// routing text (all of it if it is shorter, or if limit is negative): byte
+// for byte the first bytes Append appends. Its Request is Append's, except
+// that Placement is clamped to the appended length and TextLen is an upper
+// bound past the limit; its errors are Append's, except that an invalid
+// escape in a string past the limit may go unseen (see "Limited rendering"
+// in the package doc for exactly what differs).
+//
+// Past the limit, strings are skipped rather than unescaped, digests are
+// not computed and raw bytes are not copied: a body whose text is much
+// longer than limit costs about what skipping it costs. The whole body is
+// still parsed as Append parses it.
+//
+// Its writes to dst's spare capacity are bounded by the limit: a few
+// sections of at most limit + 3 bytes each (the text's top-level members
+// are rendered where they are met, then put in order); a body with one
+// text member (messages, input or prompt alone) needs limit + 3 bytes of
+// room.
+func AppendLimit(dst, body []byte, limit int) ([]byte, Request, error) {
+	if limit < 0 {
+		limit = maxInt
+	}
+	p := parser{b: body, limit: limit}
 	out, req, err := p.top(dst)
 	if err != nil {
 		return dst, Request{}, err
 	}
-	if req.Placement < 0 {
-		req.Placement = len(out) - len(dst)
+	if n := len(out) - len(dst); req.Placement < 0 || req.Placement > n {
+		req.Placement = n
 	}
 	return out, req, nil
 }

@@ -391,54 +391,56 @@ func TestEscapingDoesNotChangeText(t *testing.T) {
 	}
 }
 
+// errorCases are bodies Append rejects, with the sentinel it returns.
+var errorCases = []struct {
+	name string
+	body string
+	want error
+}{
+	{"empty", ``, ErrNotJSON},
+	{"whitespace", " \n\t", ErrNotJSON},
+	{"form data", `model=gpt&prompt=hi`, ErrNotJSON},
+	{"gzip", "\x1f\x8b\x08\x00\x00\x00", ErrNotJSON},
+	{"bom", "\xef\xbb\xbf{}", ErrNotJSON},
+	{"truncated object", `{"model":"m","messages":[{"role":"user","content":"hel`, ErrSyntax},
+	{"truncated after key", `{"model"`, ErrSyntax},
+	{"truncated after colon", `{"model":`, ErrSyntax},
+	{"truncated after comma", `{"model":"m",`, ErrSyntax},
+	{"missing colon", `{"model" "m"}`, ErrSyntax},
+	{"missing comma", `{"model":"m" "prompt":"x"}`, ErrSyntax},
+	{"trailing comma", `{"prompt":"x",}`, ErrSyntax},
+	{"trailing data", `{"prompt":"x"} {}`, ErrSyntax},
+	{"bad literal", `{"stream":tru,"prompt":"x"}`, ErrSyntax},
+	{"bad number", `{"temperature":1.,"prompt":"x"}`, ErrSyntax},
+	{"mismatched brackets", `{"metadata":{"a":[1,2}},"prompt":"x"}`, ErrSyntax},
+	{"invalid escape", `{"prompt":"a\qb"}`, ErrSyntax},
+	{"invalid unicode escape", `{"prompt":"a\u12G4"}`, ErrSyntax},
+	{"truncated unicode escape", `{"prompt":"a\u12`, ErrSyntax},
+	{"truncated in escape", `{"prompt":"a\`, ErrSyntax},
+	{"unterminated skipped string", `{"user":"abc}`, ErrSyntax},
+	{"deep nesting", `{"metadata":` + strings.Repeat("[", 100000), ErrSyntax},
+	{"deep nesting top", strings.Repeat("[", 100000), ErrSyntax},
+	{"deep nesting objects", strings.Repeat(`{"a":`, 100000), ErrSyntax},
+	{"huge unterminated string", `{"prompt":"` + strings.Repeat("x", 1<<20), ErrSyntax},
+	{"top-level array", `[{"prompt":"x"}]`, ErrUnknownDialect},
+	{"top-level string", `"hello"`, ErrUnknownDialect},
+	{"no known member", `{"model":"gpt-4o","temperature":0.2}`, ErrUnknownDialect},
+	{"empty object", `{}`, ErrUnknownDialect},
+	{"messages not array", `{"messages":"hi"}`, ErrUnknownDialect},
+	{"message not object", `{"messages":["hi"]}`, ErrUnknownDialect},
+	{"message without role", `{"messages":[{"content":"hi"}]}`, ErrUnknownDialect},
+	{"content is number", `{"messages":[{"role":"user","content":1}]}`, ErrUnknownDialect},
+	{"prompt is object", `{"prompt":{"a":1}}`, ErrUnknownDialect},
+	{"negative token id", `{"prompt":[1,-2]}`, ErrUnknownDialect},
+	{"fractional token id", `{"prompt":[1,2.5]}`, ErrUnknownDialect},
+	{"token id too big", `{"input_ids":[4294967296]}`, ErrUnknownDialect},
+	{"mixed ids and strings", `{"prompt":[1,"a"]}`, ErrUnknownDialect},
+	{"responses text object only", `{"model":"gpt-4.1","text":{"format":{"type":"text"}}}`, ErrUnknownDialect},
+	{"input item not object", `{"input":[1]}`, ErrUnknownDialect},
+}
+
 func TestErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		body string
-		want error
-	}{
-		{"empty", ``, ErrNotJSON},
-		{"whitespace", " \n\t", ErrNotJSON},
-		{"form data", `model=gpt&prompt=hi`, ErrNotJSON},
-		{"gzip", "\x1f\x8b\x08\x00\x00\x00", ErrNotJSON},
-		{"bom", "\xef\xbb\xbf{}", ErrNotJSON},
-		{"truncated object", `{"model":"m","messages":[{"role":"user","content":"hel`, ErrSyntax},
-		{"truncated after key", `{"model"`, ErrSyntax},
-		{"truncated after colon", `{"model":`, ErrSyntax},
-		{"truncated after comma", `{"model":"m",`, ErrSyntax},
-		{"missing colon", `{"model" "m"}`, ErrSyntax},
-		{"missing comma", `{"model":"m" "prompt":"x"}`, ErrSyntax},
-		{"trailing comma", `{"prompt":"x",}`, ErrSyntax},
-		{"trailing data", `{"prompt":"x"} {}`, ErrSyntax},
-		{"bad literal", `{"stream":tru,"prompt":"x"}`, ErrSyntax},
-		{"bad number", `{"temperature":1.,"prompt":"x"}`, ErrSyntax},
-		{"mismatched brackets", `{"metadata":{"a":[1,2}},"prompt":"x"}`, ErrSyntax},
-		{"invalid escape", `{"prompt":"a\qb"}`, ErrSyntax},
-		{"invalid unicode escape", `{"prompt":"a\u12G4"}`, ErrSyntax},
-		{"truncated unicode escape", `{"prompt":"a\u12`, ErrSyntax},
-		{"truncated in escape", `{"prompt":"a\`, ErrSyntax},
-		{"unterminated skipped string", `{"user":"abc}`, ErrSyntax},
-		{"deep nesting", `{"metadata":` + strings.Repeat("[", 100000), ErrSyntax},
-		{"deep nesting top", strings.Repeat("[", 100000), ErrSyntax},
-		{"deep nesting objects", strings.Repeat(`{"a":`, 100000), ErrSyntax},
-		{"huge unterminated string", `{"prompt":"` + strings.Repeat("x", 1<<20), ErrSyntax},
-		{"top-level array", `[{"prompt":"x"}]`, ErrUnknownDialect},
-		{"top-level string", `"hello"`, ErrUnknownDialect},
-		{"no known member", `{"model":"gpt-4o","temperature":0.2}`, ErrUnknownDialect},
-		{"empty object", `{}`, ErrUnknownDialect},
-		{"messages not array", `{"messages":"hi"}`, ErrUnknownDialect},
-		{"message not object", `{"messages":["hi"]}`, ErrUnknownDialect},
-		{"message without role", `{"messages":[{"content":"hi"}]}`, ErrUnknownDialect},
-		{"content is number", `{"messages":[{"role":"user","content":1}]}`, ErrUnknownDialect},
-		{"prompt is object", `{"prompt":{"a":1}}`, ErrUnknownDialect},
-		{"negative token id", `{"prompt":[1,-2]}`, ErrUnknownDialect},
-		{"fractional token id", `{"prompt":[1,2.5]}`, ErrUnknownDialect},
-		{"token id too big", `{"input_ids":[4294967296]}`, ErrUnknownDialect},
-		{"mixed ids and strings", `{"prompt":[1,"a"]}`, ErrUnknownDialect},
-		{"responses text object only", `{"model":"gpt-4.1","text":{"format":{"type":"text"}}}`, ErrUnknownDialect},
-		{"input item not object", `{"input":[1]}`, ErrUnknownDialect},
-	}
-	for _, tt := range tests {
+	for _, tt := range errorCases {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := []byte("keep")
 			got, req, err := Append(dst, []byte(tt.body))

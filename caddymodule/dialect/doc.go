@@ -130,6 +130,30 @@
 // rendered, which bounds recursion. Other invalid JSON in skipped values
 // is the engine's to reject.
 //
+// # Limited rendering
+//
+// [AppendLimit] appends only the first limit bytes of the text, byte for
+// byte those of Append (the prefix index hashes no more than max_chunks
+// chunks). It parses the whole body as Append does, but past the limit
+// (counted per top-level section: sections are rendered where they are
+// met, then put in order) it writes nothing: strings are skipped as
+// values are, digests are not computed, raw bytes are not copied; a part
+// whose length prefix falls before the limit still measures its payload
+// exactly, so the length written is Append's. What differs:
+//
+//   - [Request].TextLen is exact up to the limit and an upper bound past
+//     it: a string skipped there counts its raw bytes, so each escape
+//     adds 1 to 5 bytes (a "\n" 1, a "\u00e9" 4).
+//   - An invalid escape (ErrSyntax "invalid escape", "invalid \u escape")
+//     in a string skipped past the limit (not one measured exactly) is
+//     not seen: AppendLimit succeeds where Append fails, or returns the
+//     next error it meets (ErrSyntax or ErrUnknownDialect). Every other
+//     error is Append's, offset and message included: strings are still
+//     found to their closing quote. The text it returns lies before the
+//     escape, so such a body is routed on valid text, and the engine
+//     rejects the body.
+//   - [Request].Placement is clamped to the appended text.
+//
 // # Speed
 //
 // Append runs on every proxied request, so it does not use encoding/json

@@ -12,7 +12,7 @@ func (p *parser) prompts(dst []byte, i int) ([]byte, int, error) {
 	b := p.b
 	switch b[i] {
 	case '"':
-		return appendString(dst, b, i)
+		return p.str(dst, i)
 	case '[':
 	default:
 		return dst, 0, shapeErr(i, "prompt is not a string or an array")
@@ -26,11 +26,11 @@ func (p *parser) prompts(dst []byte, i int) ([]byte, int, error) {
 	}
 	for n := 0; more && err == nil; n++ {
 		if n > 0 {
-			dst = append(dst, sepRole)
+			dst = p.putByte(dst, sepRole)
 		}
 		switch b[j] {
 		case '"':
-			dst, j, err = appendString(dst, b, j)
+			dst, j, err = p.str(dst, j)
 		case '[':
 			dst, j, err = p.tokens(dst, j)
 		default:
@@ -55,7 +55,7 @@ func (p *parser) prompts(dst []byte, i int) ([]byte, int, error) {
 // dominates, not the digits) and not worth its complexity.
 func (p *parser) tokens(dst []byte, i int) ([]byte, int, error) {
 	b := p.b
-	dst = append(dst, sepTokens)
+	dst = p.putByte(dst, sepTokens)
 	i, more, err := firstElement(b, i)
 	for more && err == nil {
 		j := i
@@ -78,7 +78,11 @@ func (p *parser) tokens(dst []byte, i int) ([]byte, int, error) {
 			}
 			j, v = end, uint64(id)
 		}
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
+		if len(dst) < p.lim-3 {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
+		} else {
+			dst = p.putID(dst, uint32(v))
+		}
 		if j+1 < len(b) && b[j] == ',' && b[j+1]-'0' <= 9 {
 			i = j + 1 // compact ",<digit>": the next element
 			continue
@@ -99,6 +103,13 @@ func (p *parser) tokenSlow(i int) (end int, id uint32, ok bool, err error) {
 		return 0, 0, false, shapeErr(i, "token id is not a number")
 	}
 	return scanNumber(b, i)
+}
+
+// putID appends id, 4 bytes little-endian, as put does.
+func (p *parser) putID(dst []byte, id uint32) []byte {
+	var a [4]byte
+	binary.LittleEndian.PutUint32(a[:], id)
+	return put(p, dst, a[:])
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }

@@ -25,7 +25,7 @@ func (p *parser) input(dst []byte, i int) ([]byte, int, error) {
 	case '"':
 		dst, end, err := p.text(p.openMessage(dst, "user"), i)
 		if p.placement < 0 {
-			p.placement = len(dst) - p.start
+			p.placement = p.pos(dst) - p.start
 		}
 		return dst, end, err
 	case '[':
@@ -66,7 +66,7 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 	if b[i] != '{' {
 		return dst, 0, shapeErr(i, "input item is not an object")
 	}
-	obj, is := i, len(dst)
+	obj, is := i, p.pos(dst)
 	var typ, role, content, name, args, output span
 	var done, doneMsg, user, slow bool
 	i, more, err := firstMember(b, i)
@@ -123,7 +123,7 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 	end := i
 	t := stringContents(b, typ)
 	if !done || slow {
-		dst, done, user = dst[:is], false, false
+		dst, done, user = p.reset(dst, is), false, false
 	}
 	switch {
 	case done:
@@ -148,7 +148,7 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 		return dst, 0, err
 	}
 	if user && p.placement < 0 {
-		p.placement = len(dst) - p.start
+		p.placement = p.pos(dst) - p.start
 	}
 	return dst, end, nil
 }

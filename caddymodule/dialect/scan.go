@@ -82,19 +82,35 @@ func skipString(b []byte, i int) (int, error) {
 // escapes cost one branch miss each. Two-byte escapes are decoded from a
 // table and the scan continues; \u escapes take the slow path.
 func appendString(dst, b []byte, i int) ([]byte, int, error) {
+	d, r, _, err := appendStringMax(dst, b, i, maxInt)
+	return d, r, err
+}
+
+// maxInt is the largest int, the limit of an unlimited rendering.
+const maxInt = int(^uint(0) >> 1)
+
+// appendStringMax is appendString that stops early once dst has reached
+// length lim: then it returns more = true and the offset of the first byte
+// of the string not rendered, always at the start of a byte or an escape
+// (countString can go on from there). It stops between escapes, so it may
+// write past lim by the rest of one escape (at most 3 bytes).
+func appendStringMax(dst, b []byte, i, lim int) (out []byte, r int, more bool, err error) {
 	r, w := i+1, len(dst)
 	d := dst[:cap(dst)]
 	for {
-		nr, nw := unescapeRun(d[w:], b[r:])
+		if w >= lim {
+			return d[:w], r, true, nil
+		}
+		nr, nw := unescapeRun(d[w:min(len(d), lim)], b[r:])
 		r += nr
 		w += nw
 		if r >= len(b) {
-			return d[:w], 0, syntaxErr(i, "unterminated string")
+			return d[:w], 0, false, syntaxErr(i, "unterminated string")
 		}
 		c := b[r]
 		if c != '"' && c != '\\' {
-			// Fewer than 8 bytes of body or of room were left: one byte,
-			// growing dst as append does.
+			// Fewer than 8 bytes of body or of room (before lim) were
+			// left: one byte, growing dst as append does.
 			d = append(d[:w], c)
 			d = d[:cap(d)]
 			r++
@@ -102,11 +118,11 @@ func appendString(dst, b []byte, i int) ([]byte, int, error) {
 			continue
 		}
 		if c == '"' {
-			return d[:w], r + 1, nil
+			return d[:w], r + 1, false, nil
 		}
 		// A backslash at b[r].
 		if r+1 >= len(b) {
-			return d[:w], 0, syntaxErr(i, "unterminated string")
+			return d[:w], 0, false, syntaxErr(i, "unterminated string")
 		}
 		if v := unescape[b[r+1]]; v != 0 {
 			if w >= len(d) {
@@ -119,11 +135,11 @@ func appendString(dst, b []byte, i int) ([]byte, int, error) {
 			continue
 		}
 		if b[r+1] != 'u' {
-			return d[:w], 0, escapeErr(b, i, r, "invalid escape")
+			return d[:w], 0, false, escapeErr(b, i, r, "invalid escape")
 		}
 		ru, ok := hex4(b, r+2)
 		if !ok {
-			return d[:w], 0, escapeErr(b, i, r, "invalid \\u escape")
+			return d[:w], 0, false, escapeErr(b, i, r, "invalid \\u escape")
 		}
 		r += 6
 		if utf16IsSurrogate(ru) {
@@ -174,6 +190,66 @@ func unescapeRun(d, s []byte) (r, w int) {
 		w++
 	}
 	return r, w
+}
+
+// countString returns what appendString would for the string that starts
+// with the quote at b[i], from its byte b[r] on, without writing it: the
+// offset just after the closing quote, the number of bytes the unescaped
+// contents from b[r] on have, and the same error (offset and message
+// included). r is i+1 or an offset where appendStringMax stopped.
+//
+// It validates every escape, as rendering does, so a limited rendering
+// rejects exactly the bodies a whole one rejects. Escape-free runs are
+// measured with bytes.IndexByte, so a string costs one search for its
+// closing quote and one short search per escape: several times faster
+// than unescaping it.
+func countString(b []byte, i, r int) (end, n int, err error) {
+	q := -1 // the first '"' at or after r, once found
+	for {
+		if q < r {
+			k := bytes.IndexByte(b[r:], '"')
+			if k < 0 {
+				// With no quote left, every way through the rest of the
+				// string ends in appendString's "unterminated string"
+				// (escapeErr's first case included).
+				return 0, 0, syntaxErr(i, "unterminated string")
+			}
+			q = r + k
+		}
+		k := bytes.IndexByte(b[r:q], '\\')
+		if k < 0 {
+			return q + 1, n + q - r, nil
+		}
+		k += r
+		n += k - r
+		// A backslash at b[k], with k < q, so b[k+1] exists.
+		if unescape[b[k+1]] != 0 {
+			n++
+			r = k + 2 // past q if the escape was \": q is searched again
+			continue
+		}
+		if b[k+1] != 'u' {
+			return 0, 0, escapeErr(b, i, k, "invalid escape")
+		}
+		ru, ok := hex4(b, k+2)
+		if !ok {
+			return 0, 0, escapeErr(b, i, k, "invalid \\u escape")
+		}
+		r = k + 6
+		switch {
+		case !utf16IsSurrogate(ru):
+			n += utf8.RuneLen(ru)
+		case r+1 < len(b) && b[r] == '\\' && b[r+1] == 'u' && ru < 0xdc00:
+			if r2, ok2 := hex4(b, r+2); ok2 && r2 >= 0xdc00 && r2 < 0xe000 {
+				n += 4 // a surrogate pair
+				r += 6
+				continue
+			}
+			n += 3 // U+FFFD
+		default:
+			n += 3
+		}
+	}
 }
 
 // escapeErr is the error for the invalid escape at b[k] in the string that

@@ -19,6 +19,85 @@ type parser struct {
 	start int
 	// kbuf unescapes the rare object key written with escapes.
 	kbuf [32]byte
+
+	// limit is how many bytes of text to render (maxInt: all of it). Each
+	// section is rendered into dst up to lim = start + limit (see put);
+	// past it, its bytes are only counted, in over. A position in the
+	// section's text is len(dst) + over (pos).
+	limit, lim, over int
+	// exact counts the open parts whose length is (partly) written: past
+	// lim, strings in them are measured exactly (countString).
+	exact int
+}
+
+// A limited rendering (AppendLimit) runs the same code as a whole one:
+// every member is parsed alike, but once the section being rendered has
+// reached lim, what would be appended is only counted. Past lim, strings
+// are skipped (skipString) and count their raw length, an upper bound of
+// their text's; digests are not computed; raw bytes are not copied. So
+// positions past lim may be too large, but never those below it: a part
+// whose length is written before lim (exact > 0) measures its strings
+// exactly, escapes checked (countString). Invariant: over > 0 only if
+// len(dst) >= lim, so positions below len(dst) are written and positions
+// past it are counted.
+
+// pos returns the current position in the text: its length so far.
+func (p *parser) pos(dst []byte) int { return len(dst) + p.over }
+
+// put appends s to dst, as much of it as fits below lim, and counts the
+// rest.
+func put[S ~string | ~[]byte](p *parser, dst []byte, s S) []byte {
+	if room := p.lim - len(dst); room < len(s) {
+		room = max(room, 0)
+		p.over += len(s) - room
+		s = s[:room]
+	}
+	return append(dst, s...)
+}
+
+// putByte appends c to dst below lim, or counts it.
+func (p *parser) putByte(dst []byte, c byte) []byte {
+	if len(dst) < p.lim {
+		return append(dst, c)
+	}
+	p.over++
+	return dst
+}
+
+// reset truncates the section's text to position n, a position pos
+// returned earlier in this section (so, by the invariant, if n >
+// len(dst) nothing was written since).
+func (p *parser) reset(dst []byte, n int) []byte {
+	if n <= len(dst) {
+		p.over = 0
+		return dst[:n]
+	}
+	p.over = n - len(dst)
+	return dst
+}
+
+// str renders the string at b[i]: unescaped below lim, counted past it
+// (exactly in a part whose length is written, else by its raw length).
+// It returns the offset after the string.
+func (p *parser) str(dst []byte, i int) ([]byte, int, error) {
+	r := i + 1
+	if len(dst) < p.lim {
+		var more bool
+		var err error
+		if dst, r, more, err = appendStringMax(dst, p.b, i, p.lim); !more || err != nil {
+			return dst, r, err
+		}
+	}
+	if p.exact > 0 {
+		end, n, err := countString(p.b, i, r)
+		p.over += n
+		return dst, end, err
+	}
+	end, err := skipString(p.b, i)
+	if err == nil {
+		p.over += end - 1 - r
+	}
+	return dst, end, err
 }
 
 // The top-level members that render text. Each is rendered where it is met,
@@ -36,12 +115,13 @@ const (
 	numSections
 )
 
-// section is a rendered top-level member: dst[s:e].
+// section is a rendered top-level member: dst[s:e], then over bytes that
+// a limited rendering only counted.
 type section struct {
-	s, e      int
-	ok        bool  // the member is present
-	placement int   // relative to s; -1: no user message
-	err       error // a shape error, reported only if the dialect uses the section
+	s, e, over int
+	ok         bool  // the member is present
+	placement  int   // relative to s; -1: no user message
+	err        error // a shape error, reported only if the dialect uses the section
 }
 
 // top parses the top-level object, rendering each member that can enter
@@ -165,7 +245,7 @@ func (p *parser) top(dst []byte) ([]byte, Request, error) {
 			n++
 		}
 	}
-	dst, req.Placement = assemble(dst, start, used[:n])
+	dst, req.TextLen, req.Placement = assemble(dst, start, p.limit, used[:n])
 	return dst, req, nil
 }
 
@@ -177,6 +257,12 @@ func (p *parser) section(dst []byte, which, vs int, sec *section) ([]byte, int, 
 	s := len(dst)
 	p.start = s
 	p.placement = -1
+	p.over, p.exact = 0, 0
+	p.lim = maxInt
+	if extra := b2i(which == secInputIDs); p.limit < maxInt-s-extra {
+		// input_ids renders one more byte: its leading RS may be dropped.
+		p.lim = s + p.limit + extra
+	}
 	var ve int
 	var err error
 	switch which {
@@ -201,7 +287,7 @@ func (p *parser) section(dst []byte, which, vs int, sec *section) ([]byte, int, 
 			err = shapeErr(vs, "input_ids is not an array")
 			break
 		}
-		dst = append(dst, sepRole)
+		dst = p.putByte(dst, sepRole)
 		dst, ve, err = p.prompts(dst, vs)
 	}
 	if err != nil {
@@ -210,33 +296,44 @@ func (p *parser) section(dst []byte, which, vs int, sec *section) ([]byte, int, 
 		}
 		*sec = section{ok: true, err: err}
 		ve, err = skipValue(p.b, vs)
-		return dst[:s], ve, err
+		return p.reset(dst, s), ve, err
 	}
-	*sec = section{s: s, e: len(dst), ok: true, placement: p.placement}
+	*sec = section{s: s, e: len(dst), over: p.over, ok: true, placement: p.placement}
 	return dst, ve, nil
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // assemble makes secs (in canonical order, disjoint ranges of dst[start:])
-// the whole of dst[start:], in that order, and returns the placement key's
-// length (-1: the whole text). The sections are usually in order already;
-// if not, all but the last (the large messages, input or prompt section)
-// are copied past the end, the last is moved into place, and the copies
-// are moved in front of it.
-func assemble(dst []byte, start int, secs []section) ([]byte, int) {
-	placement := -1
-	off := 0
+// the whole of dst[start:], in that order, cut to limit bytes, and returns
+// the length of the whole text and the placement key's length (-1: the
+// whole text). A section that a limited rendering cut (over > 0) has at
+// least limit bytes written, so the cut text is a prefix of the whole.
+// The sections are usually in order already; if not, all but the last
+// (the large messages, input or prompt section) are copied past the end,
+// the last is moved into place, and the copies are moved in front of it.
+func assemble(dst []byte, start, limit int, secs []section) (out []byte, textLen, placement int) {
+	placement = -1
+	off := 0 // of the bytes written
 	inPlace := true
 	for _, s := range secs {
 		if s.s != start+off {
 			inPlace = false
 		}
 		if placement < 0 && s.placement >= 0 {
-			placement = off + s.placement
+			placement = textLen + s.placement
 		}
 		off += s.e - s.s
+		textLen += s.e - s.s + s.over
 	}
+	n := min(off, limit)
 	if inPlace || len(secs) == 0 {
-		return dst[:start+off], placement
+		return dst[:start+n], textLen, placement
 	}
 	tmp := len(dst)
 	last := secs[len(secs)-1]
@@ -248,7 +345,7 @@ func assemble(dst []byte, start int, secs []section) ([]byte, int) {
 		copy(dst[start+small:], dst[last.s:last.e])
 	}
 	copy(dst[start:], dst[tmp:tmp+small])
-	return dst[:start+off], placement
+	return dst[:start+n], textLen, placement
 }
 
 // stringContents returns the raw contents of the string value v, or nil if
