@@ -175,24 +175,9 @@ func (ix *Index) Intern(name string) (ID, error) {
 	if id, ok := (*ix.ids.Load())[name]; ok {
 		return id, nil
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	old := *ix.ids.Load()
-	if id, ok := old[name]; ok {
-		return id, nil
-	}
-	if ix.nUsed >= ix.maxIDs {
-		return 0, fmt.Errorf("interning upstream %q: all %d IDs in use", name, ix.maxIDs)
-	}
-	id := ix.nextFree()
-	ix.used[id/32] |= 1 << (id % 32)
-	ix.nUsed++
-	ids := maps.Clone(old)
-	ids[name] = id
-	ix.ids.Store(&ids)
-	ix.nameBytes += int64(len(name)) + nameOverhead
-	ix.live[id/32].Or(1 << (id % 32))
-	return id, nil
+	var id [1]ID
+	_, err := ix.InternAll([]string{name}, id[:0])
+	return id[0], err
 }
 
 // InternAll interns every name of names, as Intern does, into dst (which
