@@ -3,7 +3,6 @@ package caddymodule_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,24 +55,8 @@ func openStream(t *testing.T, url string, body []byte) *http.Response {
 // inFlightBytes reads each upstream's in_flight_bytes from the admin API.
 func inFlightBytes(t *testing.T, admin string) map[string]int64 {
 	t.Helper()
-	resp, err := http.Get(admin + "/prefix_cache/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Instances []struct {
-			Upstreams []struct {
-				Dial          string `json:"dial"`
-				InFlightBytes int64  `json:"in_flight_bytes"`
-			} `json:"upstreams"`
-		} `json:"instances"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("decoding stats: %v", err)
-	}
 	out := map[string]int64{}
-	for _, in := range st.Instances {
+	for _, in := range getStats(t, admin).Instances {
 		for _, u := range in.Upstreams {
 			out[u.Dial] += u.InFlightBytes
 		}

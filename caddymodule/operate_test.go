@@ -46,8 +46,9 @@ type adminStats struct {
 	Instances []struct {
 		Entries   int `json:"entries"`
 		Upstreams []struct {
-			Dial  string `json:"dial"`
-			Owned int    `json:"owned_entries"`
+			Dial          string `json:"dial"`
+			Owned         int    `json:"owned_entries"`
+			InFlightBytes int64  `json:"in_flight_bytes"`
 		} `json:"upstreams"`
 		Indexed map[string]int `json:"indexed_upstreams"`
 	} `json:"instances"`

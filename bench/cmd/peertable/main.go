@@ -147,13 +147,21 @@ func group(results []*driver.Result, order []string) []*cell {
 type stat struct{ mean, lo, hi float64 }
 
 func over(runs []*driver.Run, f func(*driver.Run) float64) stat {
+	vs := make([]float64, len(runs))
+	for i, r := range runs {
+		vs[i] = f(r)
+	}
+	return summarize(vs)
+}
+
+// summarize returns the mean and range of vs (not empty).
+func summarize(vs []float64) stat {
 	s := stat{lo: math.Inf(1), hi: math.Inf(-1)}
-	for _, r := range runs {
-		v := f(r)
+	for _, v := range vs {
 		s.mean += v
 		s.lo, s.hi = min(s.lo, v), max(s.hi, v)
 	}
-	s.mean /= float64(len(runs))
+	s.mean /= float64(len(vs))
 	return s
 }
 
@@ -191,14 +199,13 @@ func write(w io.Writer, cells []*cell, lead string) error {
 		for _, p := range c.policies {
 			n = max(n, len(c.runs[p]))
 		}
-		fmt.Fprintf(w, "### %s, %s (%d repeats", c.workload, c.load, n)
+		runs := fmt.Sprintf("%d repeats", n)
+		if n == 1 {
+			runs = "1 run"
+		}
+		fmt.Fprintf(w, "### %s, %s (%s", c.workload, c.load, runs)
 		if len(c.bounds) > 0 {
-			b := stat{lo: math.Inf(1), hi: math.Inf(-1)}
-			for _, v := range c.bounds {
-				b.mean += v / float64(len(c.bounds))
-				b.lo, b.hi = min(b.lo, v), max(b.hi, v)
-			}
-			fmt.Fprintf(w, "; upper bound %s", b.format(3))
+			fmt.Fprintf(w, "; upper bound %s", summarize(c.bounds).format(3))
 		}
 		fmt.Fprintf(w, ")\n\n")
 		fmt.Fprintln(w, "| policy | hit rate | TTFT p50 (s) | TTFT p90 (s) | errors | requests max/mean | preemptions |")
