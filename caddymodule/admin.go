@@ -123,6 +123,7 @@ type dryRunResult struct {
 	Spilled      bool   `json:"spilled"`
 	Bound        int    `json:"bound,omitempty"`
 	ByteBound    int64  `json:"byte_bound,omitempty"`
+	ColdBound    int    `json:"cold_bound,omitempty"`
 	PromptBytes  int    `json:"prompt_bytes"`
 	MatchedBytes int    `json:"matched_bytes"`
 }
@@ -172,7 +173,7 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 		res.Routed = true
 		res.Dialect, res.Reason, res.Upstream, res.Preferred = d.dialect, d.reason, d.chosen, d.preferred
 		res.Spilled, res.Bound, res.PromptBytes, res.MatchedBytes = d.spilled, d.bound, d.promptBytes, d.matched
-		res.ByteBound = d.byteBound
+		res.ByteBound, res.ColdBound = d.byteBound, d.coldBound
 		out = append(out, res)
 	}
 	return writeJSON(w, map[string]any{"results": out})

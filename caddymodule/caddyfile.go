@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -21,6 +22,7 @@ import (
 //		load_factor    <factor>
 //		load_allowance <requests>
 //		load_allowance_bytes <size>|off
+//		cold_load_factor <factor>|off
 //		min_match      <bytes>
 //		min_match_ratio <fraction>
 //		tenant         <placeholder>
@@ -91,6 +93,22 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Errf("invalid load_factor '%s': must be at least 1", d.Val())
 			}
 			s.LoadFactor = f
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "cold_load_factor":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			var f float64
+			if d.Val() != "off" {
+				var err error
+				f, err = strconv.ParseFloat(d.Val(), 64)
+				if err != nil || !(f >= 1) || math.IsInf(f, 1) {
+					return d.Errf("invalid cold_load_factor '%s': must be a number of at least 1, or off", d.Val())
+				}
+			}
+			s.ColdLoadFactor = &f
 			if d.NextArg() {
 				return d.ArgErr()
 			}

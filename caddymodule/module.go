@@ -78,7 +78,8 @@ const (
 // request spills to the next-deepest holder. A request with no useful match
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
-// message), so that independent Caddy instances agree.
+// message), so that independent Caddy instances agree, unless that winner
+// is busier than the mean (cold_load_factor).
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -115,6 +116,17 @@ type PrefixCacheSelection struct {
 	// Both bounds apply: an upstream is over the bound when it is over
 	// either. Default: `131072` (128 KiB, about 32k tokens).
 	LoadAllowanceBytes *int64 `json:"load_allowance_bytes,omitempty"`
+
+	// A cold request (no upstream holds a useful prefix of it) goes to its
+	// rendezvous-hash winner only if that upstream's in-flight requests
+	// are also within cold_load_factor times the mean, with no allowance;
+	// otherwise to the highest-ranked upstream that is. Moving a cold
+	// request costs no cache (there is none), and new prompts placed by
+	// hash alone land like balls in bins: some replicas get far more
+	// prompt families than others and evict them. From 1 to load_factor;
+	// 0 turns it off (cold requests get the bound warm ones do).
+	// Default: `1`.
+	ColdLoadFactor *float64 `json:"cold_load_factor,omitempty"`
 
 	// Shortest matched prefix, in bytes of routing text, worth routing on;
 	// a shorter match is treated as no match. Default: `1024`.
@@ -186,6 +198,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		allowance := int64(DefaultLoadAllowanceBytes)
 		s.LoadAllowanceBytes = &allowance
 	}
+	if s.ColdLoadFactor == nil {
+		f := min(selection.DefaultColdLoadFactor, s.LoadFactor)
+		s.ColdLoadFactor = &f
+	}
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
 	}
@@ -217,10 +233,11 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("chunk_size %d, max_chunks %d: %w", s.ChunkSize, s.MaxChunks, err)
 	}
 	s.policy = selection.Policy{
-		LoadFactor:    s.LoadFactor,
-		Allowance:     *s.LoadAllowance,
-		MinDepth:      max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
-		ByteAllowance: *s.LoadAllowanceBytes,
+		LoadFactor:     s.LoadFactor,
+		Allowance:      *s.LoadAllowance,
+		MinDepth:       max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
+		ByteAllowance:  *s.LoadAllowanceBytes,
+		ColdLoadFactor: *s.ColdLoadFactor,
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
@@ -257,9 +274,12 @@ func (s *PrefixCacheSelection) Validate() error {
 	if s.LoadAllowanceBytes != nil && *s.LoadAllowanceBytes < 0 {
 		return fmt.Errorf("load_allowance_bytes must not be negative, got %d", *s.LoadAllowanceBytes)
 	}
-	// The remaining rule, load_factor, is the choice's own; its message
-	// names the same field.
+	// The remaining rules, load_factor and cold_load_factor, are the
+	// choice's own; their messages name the same fields.
 	p := selection.Policy{LoadFactor: s.LoadFactor, MinDepth: 1}
+	if s.ColdLoadFactor != nil {
+		p.ColdLoadFactor = *s.ColdLoadFactor
+	}
 	return p.Validate()
 }
 
@@ -367,6 +387,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		spilled:     choice.Spilled,
 		bound:       choice.Bound,
 		byteBound:   choice.ByteBound,
+		coldBound:   choice.ColdBound,
 		id:          sc.ids[choice.Index],
 	}
 }

@@ -260,6 +260,23 @@ func TestAdminAPI(t *testing.T) {
 	if len(dry.Results) == 1 && dry.Results[0].ByteBound < caddymodule.DefaultLoadAllowanceBytes {
 		t.Errorf("dry run byte bound %d, want at least the default allowance %d", dry.Results[0].ByteBound, caddymodule.DefaultLoadAllowanceBytes)
 	}
+	// A new conversation is cold, and the answer shows the cold bound it
+	// was placed under (at least 1 in flight).
+	resp, err = http.Post(admin+"/prefix_cache/dry_run", "application/json", bytes.NewReader(chat(words("another system", 200), "dry")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var coldDry struct {
+		Results []struct {
+			Reason    string `json:"reason"`
+			ColdBound int    `json:"cold_bound"`
+		} `json:"results"`
+	}
+	json.NewDecoder(resp.Body).Decode(&coldDry)
+	resp.Body.Close()
+	if len(coldDry.Results) != 1 || coldDry.Results[0].Reason != "cold" || coldDry.Results[0].ColdBound < 1 {
+		t.Errorf("dry run of a new conversation = %+v, want reason cold with a cold bound", coldDry.Results)
+	}
 	if got := getStats(t, admin).Instances[0].Entries; got != entries {
 		t.Errorf("entries after dry run = %d, want %d: a dry run must not record", got, entries)
 	}

@@ -33,6 +33,7 @@ type decision struct {
 	spilled     bool
 	bound       int
 	byteBound   int64
+	coldBound   int
 	id          prefixindex.ID // the chosen upstream's
 }
 

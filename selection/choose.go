@@ -40,6 +40,10 @@ type Choice struct {
 	// ByteBound is the byte bound the choice was made with, as
 	// Policy.ByteBound returns it; 0 when the byte bound is off.
 	ByteBound int64
+	// ColdBound is the cold bound a cold request was placed with, as
+	// Policy.ColdBound returns it; 0 for a warm request or when the cold
+	// bound is off.
+	ColdBound int
 }
 
 // Choose picks one of cands for a request whose placement key is placement
@@ -55,12 +59,17 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 	bound := p.Bound(cands)
 	byteBound := p.ByteBound(cands, size)
 	minDepth := max(p.MinDepth, 1)
+	coldBound := p.ColdBound(cands)
+	coldOrBound := coldBound
+	if coldBound == 0 {
+		coldOrBound = bound
+	}
 
 	// One pass keeps the best candidate of each kind, -1 if none.
 	var (
-		holder, holderUnder, hrw, hrwUnder, least = -1, -1, -1, -1, -1
+		holder, holderUnder, hrw, hrwUnder, hrwCold, least = -1, -1, -1, -1, -1, -1
 
-		holderScore, holderUnderScore, hrwScore, hrwUnderScore, leastScore uint64
+		holderScore, holderUnderScore, hrwScore, hrwUnderScore, hrwColdScore, leastScore uint64
 	)
 	for i := range cands {
 		c := &cands[i]
@@ -72,6 +81,9 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 		}
 		if under && (hrwUnder < 0 || s > hrwUnderScore) {
 			hrwUnder, hrwUnderScore = i, s
+		}
+		if under && c.Load < coldOrBound && (hrwCold < 0 || s > hrwColdScore) { // Load+1 <= coldOrBound
+			hrwCold, hrwColdScore = i, s
 		}
 		if least < 0 || c.Load < cands[least].Load || (c.Load == cands[least].Load && s > leastScore) {
 			least, leastScore = i, s
@@ -102,9 +114,12 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 		}
 	} else {
 		ch.Preferred = hrw
+		ch.ColdBound = coldBound
 		switch {
-		case hrwUnder == hrw:
+		case hrwCold == hrw:
 			ch.Index, ch.Reason = hrw, ReasonCold
+		case hrwCold >= 0:
+			ch.Index, ch.Reason = hrwCold, ReasonColdSpill
 		case hrwUnder >= 0:
 			ch.Index, ch.Reason = hrwUnder, ReasonColdSpill
 		default:

@@ -99,13 +99,13 @@ func TestChoose(t *testing.T) {
 		{"matches shallower than MinDepth are cold", strict,
 			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
-		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3, 0},
+		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3, 0, 0},
 			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1, 0},
+		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1, 0, 0},
 			[]Candidate{{rk[1], 1, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0, 0},
+		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0, 0, 0},
 			[]Candidate{{rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		// bound = ceil(1.25 * 8 / 4) = 3: rk0 (4) and rk1 (3) are over.
@@ -116,6 +116,21 @@ func TestChoose(t *testing.T) {
 			[]Candidate{{rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 
+		// The cold bound: ceil(1 * (4+1) / 4) = 2, under the bound of
+		// ceil(1.25 * 5 / 4) + 2 = 4.
+		{"cold bound moves a new prompt off a busier HRW winner", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
+			[]Candidate{{rk[0], 0, 2, 0}, {rk[1], 0, 2, 0}, {rk[3], 0, 0, 0}, {rk[2], 0, 0, 0}},
+			Choice{Index: 3, Preferred: 0, Reason: ReasonColdSpill, Spilled: true, Bound: 4, ColdBound: 2}},
+		{"cold bound keeps the HRW winner at the mean", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
+			[]Candidate{{rk[0], 0, 1, 0}, {rk[1], 0, 3, 0}, {rk[3], 0, 0, 0}, {rk[2], 0, 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonCold, Bound: 4, ColdBound: 2}},
+		{"cold bound leaves warm requests alone", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
+			[]Candidate{{rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}, {rk[2], 9, 2, 0}},
+			Choice{Index: 3, Preferred: 3, Reason: ReasonMatch, Bound: 3}},
+		{"idle fleet: the cold bound is the HRW winner's", Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: 1},
+			[]Candidate{{rk[2], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}},
+			Choice{Index: 2, Preferred: 2, Reason: ReasonCold, Bound: 17, ColdBound: 1}},
+
 		// Last resort: only an invalid policy (bound 0 here) gets there.
 		{"least loaded when no candidate is under the bound", Policy{MinDepth: 4},
 			[]Candidate{{rk[0], 9, 3, 0}, {rk[1], 0, 1, 0}, {rk[2], 0, 2, 0}},
@@ -125,14 +140,14 @@ func TestChoose(t *testing.T) {
 			Choice{Index: 1, Preferred: 1, Reason: ReasonLeastLoaded}},
 
 		// The bound's edges and the allowance. bound = ceil(4/4) + 2 = 3.
-		{"Load+1 equal to the bound is under", Policy{1, 2, 4, 0},
+		{"Load+1 equal to the bound is under", Policy{1, 2, 4, 0, 0},
 			[]Candidate{{rk[1], 9, 2, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 1, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 3}},
-		{"Load equal to the bound is over", Policy{1, 2, 4, 0},
+		{"Load equal to the bound is over", Policy{1, 2, 4, 0, 0},
 			[]Candidate{{rk[1], 9, 3, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 3}},
 		// bound = ceil(1.25 * 3 / 4) + 8 = 9
-		{"allowance keeps affinity at low load", Policy{1.25, 8, 4, 0},
+		{"allowance keeps affinity at low load", Policy{1.25, 8, 4, 0, 0},
 			[]Candidate{{rk[2], 12, 2, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 9}},
 		{"without allowance the same load spills", strict,
@@ -158,7 +173,7 @@ func TestChoose(t *testing.T) {
 }
 
 func TestChooseDoesNotModify(t *testing.T) {
-	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0}
+	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0, 0}
 	cands := []Candidate{{rk[0], 9, 6, 0}, {rk[1], 5, 0, 0}, {rk[2], 0, 1, 0}}
 	orig := slices.Clone(cands)
 	p.Choose(cands, tp, 0)
@@ -168,7 +183,7 @@ func TestChooseDoesNotModify(t *testing.T) {
 }
 
 func TestChooseAllocs(t *testing.T) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0}
+	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0, 0}
 	for _, n := range []int{0, 1, 16, 256} {
 		for _, warm := range []bool{false, true} {
 			cands := benchCands(n, warm)
@@ -203,6 +218,21 @@ func refChoose(p Policy, cands []Candidate, placement uint64, size int64) Choice
 	}
 	under := func(i int) bool {
 		return cands[i].Load+1 <= bound && (byteBound == 0 || cands[i].Bytes <= byteBound)
+	}
+	// The cold bound, written out from its definition.
+	var coldBound int
+	if p.ColdLoadFactor != 0 {
+		sum := 0
+		for _, c := range cands {
+			sum += c.Load
+		}
+		// A negative or NaN product (invalid policies) counts as 0,
+		// a huge one is capped as the bound's is.
+		term := math.Ceil(p.ColdLoadFactor * float64(sum+1) / float64(len(cands)))
+		if !(term > 0) {
+			term = 0
+		}
+		coldBound = min(bound, int(min(term, math.MaxInt32)))
 	}
 	// All candidates by HRW score, highest first; equal scores by index.
 	byHRW := make([]int, len(cands))
@@ -241,15 +271,25 @@ func refChoose(p Policy, cands []Candidate, placement uint64, size int64) Choice
 		}
 		return pick(byLoad[0], holders[0], ReasonLeastLoaded)
 	}
+	pickCold := func(i int, r Reason) Choice {
+		ch := pick(i, byHRW[0], r)
+		ch.ColdBound = coldBound
+		return ch
+	}
 	for _, i := range byHRW {
-		if under(i) {
+		if under(i) && (coldBound == 0 || cands[i].Load+1 <= coldBound) {
 			if i == byHRW[0] {
-				return pick(i, byHRW[0], ReasonCold)
+				return pickCold(i, ReasonCold)
 			}
-			return pick(i, byHRW[0], ReasonColdSpill)
+			return pickCold(i, ReasonColdSpill)
 		}
 	}
-	return pick(byLoad[0], byHRW[0], ReasonLeastLoaded)
+	for _, i := range byHRW {
+		if under(i) {
+			return pickCold(i, ReasonColdSpill)
+		}
+	}
+	return pickCold(byLoad[0], ReasonLeastLoaded)
 }
 
 // checkChoice checks got = p.Choose(cands, placement, size) against
@@ -274,6 +314,15 @@ func checkChoice(t *testing.T, p Policy, cands []Candidate, placement uint64, si
 	}
 	if got.ByteBound != p.ByteBound(cands, size) {
 		t.Fatalf("%s = %+v, want ByteBound %d", call, got, p.ByteBound(cands, size))
+	}
+	if cold := got.Reason == ReasonCold || got.Reason == ReasonColdSpill ||
+		(got.Reason == ReasonLeastLoaded && got.Preferred >= 0 && cands[got.Preferred].Depth < max(p.MinDepth, 1)); cold && got.ColdBound != p.ColdBound(cands) || !cold && got.ColdBound != 0 {
+		t.Fatalf("%s = %+v, want ColdBound %d for a cold request, 0 for a warm one", call, got, p.ColdBound(cands))
+	}
+	// With a valid policy and the byte bound off, a cold request always
+	// finds a candidate within the cold bound: the least loaded.
+	if p.Validate() == nil && p.ByteAllowance == 0 && got.ColdBound > 0 && cands[got.Index].Load+1 > got.ColdBound {
+		t.Fatalf("%s = %+v: a cold request placed above the cold bound", call, got)
 	}
 	isUnder := func(c Candidate) bool {
 		return c.Load+1 <= got.Bound && (got.ByteBound == 0 || c.Bytes <= got.ByteBound)
@@ -321,6 +370,9 @@ func TestChooseProperties(t *testing.T) {
 		if iter%2 == 0 {
 			p.ByteAllowance = rng.Int64N(1 << 12)
 		}
+		if iter%3 != 0 {
+			p.ColdLoadFactor = 1 + (p.LoadFactor-1)*rng.Float64()
+		}
 		if iter%10 == 0 { // invalid: the last resort must still be sane
 			p.LoadFactor = rng.Float64()
 		}
@@ -356,7 +408,7 @@ func TestChooseProperties(t *testing.T) {
 		}
 		sgot := p.Choose(shuffled, placement, size)
 		if shuffled[sgot.Index] != cands[got.Index] || shuffled[sgot.Preferred] != cands[got.Preferred] ||
-			sgot.Reason != got.Reason || sgot.Bound != got.Bound || sgot.ByteBound != got.ByteBound {
+			sgot.Reason != got.Reason || sgot.Bound != got.Bound || sgot.ByteBound != got.ByteBound || sgot.ColdBound != got.ColdBound {
 			t.Fatalf("%+v.Choose(%v, %#x) = %+v, but shuffled to %v it chose %+v",
 				p, cands, placement, got, shuffled, sgot)
 		}
@@ -364,11 +416,12 @@ func TestChooseProperties(t *testing.T) {
 }
 
 func FuzzChoose(f *testing.F) {
-	f.Add([]byte{}, uint64(0), 1.25, 16, 4, int64(0), int64(0))
-	f.Add([]byte{1, 9, 0, 2, 2, 0, 0, 3, 3, 5, 7, 1}, uint64(7), 1.0, 0, 1, int64(100), int64(50))
-	f.Add([]byte{1, 9, 200, 9, 2, 1, 3, 0, 3, 5, 7, 200, 4, 4, 4, 4}, uint64(1<<63), 0.0, 0, 0, int64(1), int64(1000))
-	f.Fuzz(func(t *testing.T, data []byte, placement uint64, loadFactor float64, allowance, minDepth int, byteAllowance, size int64) {
-		p := Policy{LoadFactor: loadFactor, Allowance: allowance, MinDepth: minDepth, ByteAllowance: byteAllowance}
+	f.Add([]byte{}, uint64(0), 1.25, 16, 4, int64(0), int64(0), 0.0)
+	f.Add([]byte{1, 9, 0, 2, 2, 0, 0, 3, 3, 5, 7, 1}, uint64(7), 1.0, 0, 1, int64(100), int64(50), 1.0)
+	f.Add([]byte{1, 9, 200, 9, 2, 1, 3, 0, 3, 5, 7, 200, 4, 4, 4, 4}, uint64(1<<63), 0.0, 0, 0, int64(1), int64(1000), 0.0)
+	f.Add([]byte{1, 0, 9, 0, 2, 0, 0, 0, 3, 0, 1, 0, 4, 0, 0, 0}, uint64(3), 2.0, 16, 4, int64(0), int64(0), 1.0)
+	f.Fuzz(func(t *testing.T, data []byte, placement uint64, loadFactor float64, allowance, minDepth int, byteAllowance, size int64, coldLoadFactor float64) {
+		p := Policy{LoadFactor: loadFactor, Allowance: allowance, MinDepth: minDepth, ByteAllowance: byteAllowance, ColdLoadFactor: coldLoadFactor}
 		size = max(size, 0)
 		var cands []Candidate
 		for ; len(data) >= 4; data = data[4:] {

@@ -50,6 +50,24 @@
 // both, and the last resort applies ([ReasonLeastLoaded]). See
 // [Policy.ByteBound].
 //
+// # The cold bound
+//
+// With ColdLoadFactor > 0, a cold request (no holder) is held to a tighter
+// bound besides: a candidate takes it only if
+//
+//	Load + 1 <= coldBound
+//	coldBound = min(bound, ceil(ColdLoadFactor * (sum(Load) + 1) / n))
+//
+// with no allowance. Spilling a warm request throws its cached prefix
+// away, so its bound is loose; a cold request has no cache anywhere to
+// lose, and rendezvous hashing alone places new prompt families like balls
+// in bins, so some replicas collect more families than their KV caches
+// hold. The least-loaded candidate is always within the cold bound (the
+// argument of the bound applies with the allowance 0), and on an idle
+// fleet every candidate is, so a cold request goes to its rendezvous-hash
+// winner whenever that one is not busier than the mean. See
+// [Policy.ColdBound].
+//
 // # The choice
 //
 // A candidate with Depth >= MinDepth is a holder. In order:
@@ -62,8 +80,10 @@
 //     this request, and recording the choice gives it a second home that
 //     every instance agrees on;
 //  3. a cold request (no holder) goes to the rendezvous-hash winner of the
-//     placement key ([ReasonCold]) or, if that candidate is over the bound,
-//     to the highest-ranked candidate under it ([ReasonColdSpill]);
+//     placement key ([ReasonCold]) or, if that candidate is over the bound
+//     or the cold bound, to the highest-ranked candidate under both
+//     ([ReasonColdSpill]), or under the bound alone if none is (only the
+//     byte bound can exclude the least loaded);
 //  4. last resort, with no candidate under the bound: the least-loaded
 //     candidate ([ReasonLeastLoaded]).
 //
