@@ -70,8 +70,8 @@ func inFlightBytes(t *testing.T, admin string) map[string]int64 {
 // small part of each), the home backend of a shared system prompt
 // takes streams of ~10 KiB of prompt while the bytes it already holds are
 // within ceil((sum + size) / 2) + 24 KiB, and the next one spills. The
-// admin API shows the bytes in flight, the shared system prompt counted
-// once per backend, and they are given back when the streams end.
+// admin API shows the bytes in flight, and they are given back when the
+// streams end.
 func TestLongContextsSpillByBytes(t *testing.T) {
 	bs := newBackends(t, 2)
 	release := make(chan struct{})
@@ -105,12 +105,6 @@ func TestLongContextsSpillByBytes(t *testing.T) {
 	}()
 
 	held := map[string]int64{} // prompt bytes in flight, by backend name
-	// The streams share the system prompt, which a backend holds once
-	// however many of them it serves: the bytes of the whole 1 KiB
-	// segments they have in common count once per backend. That share is
-	// read off the second stream at home and must then hold for every
-	// later one.
-	shared := int64(-1)
 	spilled := -1
 	for i := range 8 {
 		resp := openStream(t, url, chat(system, words(fmt.Sprintf("task %d", i), 1500)))
@@ -134,20 +128,8 @@ func TestLongContextsSpillByBytes(t *testing.T) {
 				spilled = i
 			}
 		}
-		ib := inFlightBytes(t, admin)
-		switch {
-		case held[got] == 0:
-			held[got] = size
-		case shared < 0:
-			shared = held[got] + size - ib[dial[got]]
-			if shared < 1<<10 || shared%(1<<10) != 0 || shared >= size {
-				t.Fatalf("two streams sharing a system prompt hold %d bytes at %s, sizes %d and %d: a shared part of %d bytes, want a positive multiple of 1 KiB", ib[dial[got]], got, held[got], size, shared)
-			}
-			held[got] += size - shared
-		default:
-			held[got] += size - shared
-		}
-		if ib[dial[got]] != held[got] {
+		held[got] += size
+		if ib := inFlightBytes(t, admin); ib[dial[got]] != held[got] {
 			t.Fatalf("after stream %d the admin API shows %v bytes in flight, want %s: %d", i, ib, got, held[got])
 		}
 	}

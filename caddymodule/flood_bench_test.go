@@ -252,11 +252,5 @@ func floodRequest(raw []byte) *floodReq {
 func (fr *floodReq) reset() {
 	fr.body.Reset(fr.raw)
 	fr.r.Body = floodBody{fr.body}
-	// The previous request has ended, as when Caddy's handler returns:
-	// its charge to the byte bound is given back (the benchmark's context
-	// is never done, so its context.AfterFunc never runs).
-	if p, _ := fr.vars[varKey].(*peeked); p != nil {
-		p.charge.release()
-	}
 	delete(fr.vars, varKey)
 }

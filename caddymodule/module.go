@@ -112,9 +112,7 @@ type PrefixCacheSelection struct {
 
 	// Prompt bytes (of routing text) an upstream may have in flight above
 	// load_factor times the mean before the bound moves requests away from
-	// it; 0 turns the byte bound off, leaving the request bound alone. A
-	// prefix shared by several requests in flight at one upstream counts
-	// once there, in whole KiB, as the engine holds it once.
+	// it; 0 turns the byte bound off, leaving the request bound alone.
 	// Both bounds apply: an upstream is over the bound when it is over
 	// either. Default: `131072` (128 KiB, about 32k tokens).
 	LoadAllowanceBytes *int64 `json:"load_allowance_bytes,omitempty"`
@@ -311,7 +309,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	if chosen == nil {
 		return nil
 	}
-	req.charge.move(r.Context(), &s.state.inflight, d.id, newFootprint(req.hashes, s.ChunkSize, int64(req.textLen)))
+	req.charge.move(r.Context(), &s.state.inflight, d.id, int64(req.textLen))
 	metrics.selected(d)
 	setPlaceholders(r, d)
 	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {

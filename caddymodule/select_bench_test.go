@@ -219,12 +219,6 @@ func newBenchRequest(body []byte) *benchRequest {
 func (br *benchRequest) reset() {
 	br.body.Reset(br.raw)
 	br.r.Body = br.body
-	// The previous request has ended, as when Caddy's handler returns:
-	// its charge to the byte bound is given back (the benchmark's context
-	// is never done, so its context.AfterFunc never runs).
-	if p, _ := br.vars[varKey].(*peeked); p != nil {
-		p.charge.release()
-	}
 	delete(br.vars, varKey)
 }
 
