@@ -9,6 +9,13 @@
 // "Leads" means its mean is at least the best other policy's; "within
 // spread" means it is behind on the mean but the two ranges over the
 // repeats overlap; "behind" means they do not.
+//
+// With -svg FILE it also writes a self-contained SVG chart of the same
+// summaries: a row per workload and load, with token hit rate (the upper
+// bound dashed) and TTFT p90 per policy as bars at the mean with a whisker
+// over the range, the -lead policy in colour.
+//
+//	go run ./bench/cmd/peertable -svg peers.svg results/*.json
 package main
 
 import (
@@ -28,9 +35,10 @@ func main() {
 	lead := flag.String("lead", "prefix_cache", "the policy whose lead is checked against every other")
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
+	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-policies a,b] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-policies a,b] [-rename old=new] [-svg chart.svg] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -42,32 +50,37 @@ func main() {
 		}
 		all = append(all, rs...)
 	}
-	if *rename != "" {
-		names := map[string]string{}
-		for _, pair := range strings.Split(*rename, ",") {
-			old, name, ok := strings.Cut(pair, "=")
-			if !ok {
-				fmt.Fprintf(os.Stderr, "peertable: -rename %q: want old=new\n", pair)
-				os.Exit(2)
-			}
-			names[old] = name
-		}
-		for _, res := range all {
-			for _, r := range res.Runs {
-				if name, ok := names[r.Policy]; ok {
-					r.Policy = name
-				}
-			}
-		}
+	if err := renamePolicies(all, *rename); err != nil {
+		fmt.Fprintln(os.Stderr, "peertable:", err)
+		os.Exit(2)
 	}
 	var order []string
 	if *only != "" {
 		order = strings.Split(*only, ",")
 	}
-	if err := write(os.Stdout, group(all, order), *lead); err != nil {
+	sums := summaries(group(all, order))
+	if err := write(os.Stdout, sums, *lead); err != nil {
 		fmt.Fprintln(os.Stderr, "peertable:", err)
 		os.Exit(1)
 	}
+	if *svgPath != "" {
+		if err := writeSVGFile(*svgPath, sums, *lead); err != nil {
+			fmt.Fprintln(os.Stderr, "peertable:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func writeSVGFile(name string, sums []*summary, lead string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := writeSVG(f, sums, lead); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return f.Close()
 }
 
 func readResults(name string) ([]*driver.Result, error) {
@@ -81,6 +94,30 @@ func readResults(name string) ([]*driver.Result, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return rs, nil
+}
+
+// renamePolicies applies spec, comma-separated old=new pairs, to the
+// policy of every run; an empty spec renames nothing.
+func renamePolicies(results []*driver.Result, spec string) error {
+	if spec == "" {
+		return nil
+	}
+	names := map[string]string{}
+	for _, pair := range strings.Split(spec, ",") {
+		old, name, ok := strings.Cut(pair, "=")
+		if !ok {
+			return fmt.Errorf("-rename %q: want old=new", pair)
+		}
+		names[old] = name
+	}
+	for _, res := range results {
+		for _, r := range res.Runs {
+			if name, ok := names[r.Policy]; ok {
+				r.Policy = name
+			}
+		}
+	}
+	return nil
 }
 
 // cell is one workload at one load.
@@ -193,38 +230,79 @@ func preemptions(r *driver.Run) float64 {
 	return float64(n)
 }
 
-func write(w io.Writer, cells []*cell, lead string) error {
-	for _, c := range cells {
-		n := 0
-		for _, p := range c.policies {
-			n = max(n, len(c.runs[p]))
-		}
-		runs := fmt.Sprintf("%d repeats", n)
-		if n == 1 {
-			runs = "1 run"
-		}
-		fmt.Fprintf(w, "### %s, %s (%s", c.workload, c.load, runs)
+// summary is one cell's figures over the repeats, computed once and read
+// by both the table and the chart.
+type summary struct {
+	workload string
+	load     string
+	repeats  int   // the most runs of any policy
+	bound    *stat // upper bound hit rate; nil without one
+	rows     []row // in display order
+}
+
+// row is one policy's figures over the repeats.
+type row struct {
+	policy      string
+	hit         stat
+	p50, p90    stat // TTFT, seconds
+	errors      int
+	imbalance   stat
+	preemptions stat
+}
+
+func summaries(cells []*cell) []*summary {
+	sums := make([]*summary, len(cells))
+	for i, c := range cells {
+		s := &summary{workload: c.workload, load: c.load}
 		if len(c.bounds) > 0 {
-			fmt.Fprintf(w, "; upper bound %s", summarize(c.bounds).format(3))
+			b := summarize(c.bounds)
+			s.bound = &b
 		}
-		fmt.Fprintf(w, ")\n\n")
-		fmt.Fprintln(w, "| policy | hit rate | TTFT p50 (s) | TTFT p90 (s) | errors | requests max/mean | preemptions |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 		for _, p := range c.policies {
 			runs := c.runs[p]
-			errs := 0
-			for _, r := range runs {
-				errs += r.Errors
+			s.repeats = max(s.repeats, len(runs))
+			r := row{
+				policy:      p,
+				hit:         over(runs, func(r *driver.Run) float64 { return r.HitRate }),
+				p50:         over(runs, func(r *driver.Run) float64 { return r.TTFT.P50 }),
+				p90:         over(runs, func(r *driver.Run) float64 { return r.TTFT.P90 }),
+				imbalance:   over(runs, imbalance),
+				preemptions: over(runs, preemptions),
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s |\n", p,
-				over(runs, func(r *driver.Run) float64 { return r.HitRate }).format(3),
-				over(runs, func(r *driver.Run) float64 { return r.TTFT.P50 }).format(2),
-				over(runs, func(r *driver.Run) float64 { return r.TTFT.P90 }).format(2),
-				errs,
-				over(runs, imbalance).format(2),
-				over(runs, preemptions).format(0))
+			for _, run := range runs {
+				r.errors += run.Errors
+			}
+			s.rows = append(s.rows, r)
 		}
-		if v := verdict(c, lead); v != "" {
+		sums[i] = s
+	}
+	return sums
+}
+
+// title names the cell, its repeats and its upper bound, as the table's
+// heading and the chart's row title.
+func (s *summary) title() string {
+	runs := fmt.Sprintf("%d repeats", s.repeats)
+	if s.repeats == 1 {
+		runs = "1 run"
+	}
+	if s.bound != nil {
+		runs += "; upper bound " + s.bound.format(3)
+	}
+	return fmt.Sprintf("%s, %s (%s)", s.workload, s.load, runs)
+}
+
+func write(w io.Writer, sums []*summary, lead string) error {
+	for _, s := range sums {
+		fmt.Fprintf(w, "### %s\n\n", s.title())
+		fmt.Fprintln(w, "| policy | hit rate | TTFT p50 (s) | TTFT p90 (s) | errors | requests max/mean | preemptions |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+		for _, r := range s.rows {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s |\n", r.policy,
+				r.hit.format(3), r.p50.format(2), r.p90.format(2), r.errors,
+				r.imbalance.format(2), r.preemptions.format(0))
+		}
+		if v := verdict(s, lead); v != "" {
 			fmt.Fprintf(w, "\n%s\n", v)
 		}
 		fmt.Fprintln(w)
@@ -234,30 +312,30 @@ func write(w io.Writer, cells []*cell, lead string) error {
 
 // verdict compares lead with the best other policy on hit rate (higher is
 // better) and TTFT p90 (lower is better).
-func verdict(c *cell, lead string) string {
-	mine := c.runs[lead]
-	if len(mine) == 0 || len(c.policies) < 2 {
+func verdict(s *summary, lead string) string {
+	i := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == lead })
+	if i < 0 || len(s.rows) < 2 {
 		return ""
 	}
 	figures := []struct {
 		name   string
-		f      func(*driver.Run) float64
+		f      func(row) stat
 		higher bool
 	}{
-		{"hit rate", func(r *driver.Run) float64 { return r.HitRate }, true},
-		{"TTFT p90", func(r *driver.Run) float64 { return r.TTFT.P90 }, false},
+		{"hit rate", func(r row) stat { return r.hit }, true},
+		{"TTFT p90", func(r row) stat { return r.p90 }, false},
 	}
 	var parts []string
 	for _, fig := range figures {
-		m := over(mine, fig.f)
+		m := fig.f(s.rows[i])
 		best, bs := "", stat{}
-		for _, p := range c.policies {
-			if p == lead {
+		for _, r := range s.rows {
+			if r.policy == lead {
 				continue
 			}
-			s := over(c.runs[p], fig.f)
-			if best == "" || (fig.higher && s.mean > bs.mean) || (!fig.higher && s.mean < bs.mean) {
-				best, bs = p, s
+			st := fig.f(r)
+			if best == "" || (fig.higher && st.mean > bs.mean) || (!fig.higher && st.mean < bs.mean) {
+				best, bs = r.policy, st
 			}
 		}
 		var word string

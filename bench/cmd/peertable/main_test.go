@@ -21,7 +21,7 @@ func TestTableAndVerdict(t *testing.T) {
 			run("prefix_cache", 0.76, 0.7), run("peer_a", 0.72, 0.6), run("peer_b", 0.82, 1.1)}},
 	}
 	var b strings.Builder
-	if err := write(&b, group(results, nil), "prefix_cache"); err != nil {
+	if err := write(&b, summaries(group(results, nil)), "prefix_cache"); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -43,7 +43,7 @@ func TestTableAndVerdict(t *testing.T) {
 	results[0].Runs[2].HitRate = 0.95
 	results[0].Runs[1].TTFT.P90, results[1].Runs[1].TTFT.P90 = 0.9, 0.95
 	b.Reset()
-	write(&b, group(results, []string{"prefix_cache", "peer_a", "peer_b"}), "prefix_cache")
+	write(&b, summaries(group(results, []string{"prefix_cache", "peer_a", "peer_b"})), "prefix_cache")
 	out = b.String()
 	for _, want := range []string{"hit rate: prefix_cache behind peer_b", "TTFT p90: prefix_cache leads peer_a"} {
 		if !strings.Contains(out, want) {
