@@ -99,8 +99,8 @@ func TestSVG(t *testing.T) {
 func TestNiceStep(t *testing.T) {
 	tests := []struct{ raw, want float64 }{{0.7, 1}, {1.5, 2}, {3, 5}, {7, 10}, {12, 20}, {0, 1}}
 	for _, tt := range tests {
-		if got := niceStep(tt.raw); got != tt.want {
-			t.Errorf("niceStep(%v) = %v, want %v", tt.raw, got, tt.want)
+		if got := NiceStep(tt.raw); got != tt.want {
+			t.Errorf("NiceStep(%v) = %v, want %v", tt.raw, got, tt.want)
 		}
 	}
 }

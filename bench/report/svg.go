@@ -112,7 +112,7 @@ func chart(b *strings.Builder, r *driver.Result, y0 int) {
 	left.xticks(b)
 	for e := lo; e <= hi; e++ {
 		v := math.Pow(10, e)
-		left.ytick(b, (e-lo)/(hi-lo), trimFloat(v))
+		left.ytick(b, (e-lo)/(hi-lo), TrimFloat(v))
 	}
 	ylog := func(v float64) float64 {
 		if v <= 0 {
@@ -128,7 +128,7 @@ func chart(b *strings.Builder, r *driver.Result, y0 int) {
 	right.frame(b, "token hit rate", xlabel)
 	right.xticks(b)
 	for k := 0; k <= 5; k++ {
-		right.ytick(b, float64(k)/5, trimFloat(float64(k)/5))
+		right.ytick(b, float64(k)/5, TrimFloat(float64(k)/5))
 	}
 	ylin := func(v float64) float64 { return v }
 	if r.Bound != nil {
@@ -172,11 +172,11 @@ func (p panel) frame(b *strings.Builder, ylabel, xlabel string) {
 }
 
 func (p panel) xticks(b *strings.Builder) {
-	step := niceStep((p.xmax - p.xmin) / 6)
+	step := NiceStep((p.xmax - p.xmin) / 6)
 	for v := math.Ceil(p.xmin/step) * step; v <= p.xmax+step/1e6; v += step {
 		x := p.px(v)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x, p.y0, x, p.y0+panelH)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, p.y0+panelH+16, trimFloat(v))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, p.y0+panelH+16, TrimFloat(v))
 	}
 }
 
@@ -205,8 +205,8 @@ func (p panel) line(b *strings.Builder, color string, xs, ys []float64, fy func(
 	b.WriteByte('\n')
 }
 
-// niceStep rounds a raw tick step to 1, 2 or 5 times a power of ten.
-func niceStep(raw float64) float64 {
+// NiceStep rounds a raw tick step to 1, 2 or 5 times a power of ten.
+func NiceStep(raw float64) float64 {
 	if raw <= 0 {
 		return 1
 	}
@@ -222,7 +222,7 @@ func niceStep(raw float64) float64 {
 	return 10 * p
 }
 
-// trimFloat formats v without trailing zeros.
-func trimFloat(v float64) string {
+// TrimFloat formats v without trailing zeros.
+func TrimFloat(v float64) string {
 	return fmt.Sprintf("%g", math.Round(v*1e6)/1e6)
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/report"
 )
 
 // Chart geometry, in SVG user units, in the style of bench/report's SVG.
@@ -107,7 +109,7 @@ func chartRow(b *strings.Builder, s *summary, lead string, labelW, y0 int) {
 		if r.p90.mean > ttft.max {
 			y := ttft.y0 + barGap + k*(barH+barGap)
 			fmt.Fprintf(b, `<text class="clipped" x="%d" y="%d" text-anchor="end" fill="white">%s s &#8250;</text>`+"\n",
-				ttft.x0+panelW-4, y+barH/2+4, trimFloat(math.Round(r.p90.mean*100)/100))
+				ttft.x0+panelW-4, y+barH/2+4, report.TrimFloat(math.Round(r.p90.mean*100)/100))
 		}
 	}
 	b.WriteString("</g>\n</g>\n")
@@ -128,12 +130,12 @@ func (p barPanel) px(v float64) float64 {
 func (p barPanel) frame(b *strings.Builder, name string) {
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", p.x0, p.y0, panelW, p.h)
 	fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", p.x0, p.y0-8, html.EscapeString(name))
-	step := niceStep(p.max / 5)
+	step := report.NiceStep(p.max / 5)
 	for k := 0; float64(k)*step <= p.max+step/1e6; k++ {
 		v := float64(k) * step
 		x := p.px(v)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x, p.y0, x, p.y0+p.h)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, p.y0+p.h+16, trimFloat(v))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, p.y0+p.h+16, report.TrimFloat(v))
 	}
 }
 
@@ -167,29 +169,6 @@ func niceMax(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
-	step := niceStep(v / 5)
+	step := report.NiceStep(v / 5)
 	return math.Ceil(v/step-1e-9) * step
-}
-
-// niceStep rounds a raw tick step to 1, 2 or 5 times a power of ten, as
-// bench/report does.
-func niceStep(raw float64) float64 {
-	if raw <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	switch f := raw / p; {
-	case f <= 1:
-		return p
-	case f <= 2:
-		return 2 * p
-	case f <= 5:
-		return 5 * p
-	}
-	return 10 * p
-}
-
-// trimFloat formats v without trailing zeros.
-func trimFloat(v float64) string {
-	return fmt.Sprintf("%g", math.Round(v*1e6)/1e6)
 }
