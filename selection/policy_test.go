@@ -40,14 +40,16 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestBound(t *testing.T) {
-	loads := func(ls ...int) []Candidate {
-		cs := make([]Candidate, len(ls))
-		for i, l := range ls {
-			cs[i] = Candidate{Key: uint64(i), Load: l}
-		}
-		return cs
+// loads returns candidates with the given in-flight loads.
+func loads(ls ...int) []Candidate {
+	cs := make([]Candidate, len(ls))
+	for i, l := range ls {
+		cs[i] = Candidate{Key: uint64(i), Load: l}
 	}
+	return cs
+}
+
+func TestBound(t *testing.T) {
 	tests := []struct {
 		name  string
 		p     Policy
@@ -81,13 +83,6 @@ func TestBound(t *testing.T) {
 }
 
 func TestColdBound(t *testing.T) {
-	loads := func(ls ...int) []Candidate {
-		cs := make([]Candidate, len(ls))
-		for i, l := range ls {
-			cs[i] = Candidate{Key: uint64(i), Load: l}
-		}
-		return cs
-	}
 	tests := []struct {
 		name  string
 		p     Policy
