@@ -56,13 +56,16 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 	if len(cands) == 0 {
 		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
 	}
-	bound := p.Bound(cands)
+	sum := loadSum(cands)
+	bound := p.bound(sum, len(cands))
 	byteBound := p.ByteBound(cands, size)
 	minDepth := max(p.MinDepth, 1)
-	coldBound := p.ColdBound(cands)
-	coldOrBound := coldBound
-	if coldBound == 0 {
-		coldOrBound = bound
+	coldBound, coldOrBound := 0, bound
+	if p.ColdLoadFactor != 0 {
+		coldBound = p.coldBound(sum, len(cands))
+		if coldBound > 0 {
+			coldOrBound = coldBound
+		}
 	}
 
 	// One pass keeps the best candidate of each kind, -1 if none.

@@ -120,11 +120,7 @@ func (p Policy) Bound(cands []Candidate) int {
 	if len(cands) == 0 {
 		return 0
 	}
-	sum := 0
-	for i := range cands {
-		sum += cands[i].Load
-	}
-	return p.bound(sum, len(cands))
+	return p.bound(loadSum(cands), len(cands))
 }
 
 // bound is Bound for a known total load over n > 0 candidates.
@@ -161,12 +157,23 @@ func (p Policy) ColdBound(cands []Candidate) int {
 	if p.ColdLoadFactor == 0 || len(cands) == 0 {
 		return 0
 	}
+	return p.coldBound(loadSum(cands), len(cands))
+}
+
+// coldBound is ColdBound for a known total load over n > 0 candidates,
+// with the cold bound on.
+func (p Policy) coldBound(sum, n int) int {
+	cold := Policy{LoadFactor: p.ColdLoadFactor}
+	return min(p.bound(sum, n), cold.bound(sum, n))
+}
+
+// loadSum is the total in-flight load of cands.
+func loadSum(cands []Candidate) int {
 	sum := 0
 	for i := range cands {
 		sum += cands[i].Load
 	}
-	cold := Policy{LoadFactor: p.ColdLoadFactor}
-	return min(p.bound(sum, len(cands)), cold.bound(sum, len(cands)))
+	return sum
 }
 
 // ByteBound returns the byte bound for cands and an incoming request of
