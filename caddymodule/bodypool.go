@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // Body buffers are recycled through size-classed pools: allocating a
@@ -31,8 +32,10 @@ const (
 var bodyPools [numClasses]sync.Pool
 
 // bodyReleased, when set (by tests), is called with the class of each
-// buffer that goes back to its pool.
-var bodyReleased func(class int)
+// buffer that goes back to its pool. Atomic: a release can run on a
+// context.AfterFunc goroutine after the test that set the hook has
+// removed it.
+var bodyReleased atomic.Pointer[func(class int)]
 
 // classSize returns the capacity of buffers of class c.
 func classSize(c int) int {
@@ -144,7 +147,7 @@ func (bb *bodyBuf) maybeRelease() {
 	// saying "released".
 	bodyPools[bb.class].Put(&bodyBuf{b: bb.b[:0], class: bb.class})
 	bb.b = nil
-	if bodyReleased != nil {
-		bodyReleased(bb.class)
+	if f := bodyReleased.Load(); f != nil {
+		(*f)(bb.class)
 	}
 }

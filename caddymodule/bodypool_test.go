@@ -106,8 +106,9 @@ func TestBodyBufReleasedOnlyWhenDone(t *testing.T) {
 // not wait for it.
 func TestReadBodyReleasesWithContext(t *testing.T) {
 	released := make(chan int, 1)
-	bodyReleased = func(c int) { released <- c }
-	defer func() { bodyReleased = nil }()
+	hook := func(c int) { released <- c }
+	bodyReleased.Store(&hook)
+	defer bodyReleased.Store(nil)
 
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,6 +133,6 @@ func TestReadBodyReleasesWithContext(t *testing.T) {
 // that goes back to its pool, for the external tests, and returns a
 // function that removes it.
 func SetBodyReleasedHook(f func(class int)) (restore func()) {
-	bodyReleased = f
-	return func() { bodyReleased = nil }
+	bodyReleased.Store(&f)
+	return func() { bodyReleased.Store(nil) }
 }
