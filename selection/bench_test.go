@@ -23,7 +23,7 @@ func benchCands(n int, warm bool) []Candidate {
 var benchSink int
 
 func BenchmarkChoose(b *testing.B) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	for _, kind := range []string{"warm", "cold"} {
 		for _, n := range []int{4, 16, 64, 256} {
 			cands := benchCands(n, kind == "warm")

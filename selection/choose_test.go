@@ -99,13 +99,13 @@ func TestChoose(t *testing.T) {
 		{"matches shallower than MinDepth are cold", strict,
 			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
-		{"MinDepth 3 makes the same matches warm", Policy{1.25, 0, 3, 0, 0},
+		{"MinDepth 3 makes the same matches warm", Policy{LoadFactor: 1.25, MinDepth: 3},
 			[]Candidate{{rk[1], 3, 0, 0}, {rk[0], 1, 0, 0}, {rk[2], 3, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 1 makes one chunk a match", Policy{1.25, 0, 1, 0, 0},
+		{"MinDepth 1 makes one chunk a match", Policy{LoadFactor: 1.25, MinDepth: 1},
 			[]Candidate{{rk[1], 1, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
-		{"MinDepth 0 counts as 1", Policy{1.25, 0, 0, 0, 0},
+		{"MinDepth 0 counts as 1", Policy{LoadFactor: 1.25},
 			[]Candidate{{rk[1], 0, 0, 0}, {rk[0], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		// bound = ceil(1.25 * 8 / 4) = 3: rk0 (4) and rk1 (3) are over.
@@ -140,14 +140,14 @@ func TestChoose(t *testing.T) {
 			Choice{Index: 1, Preferred: 1, Reason: ReasonLeastLoaded}},
 
 		// The bound's edges and the allowance. bound = ceil(4/4) + 2 = 3.
-		{"Load+1 equal to the bound is under", Policy{1, 2, 4, 0, 0},
+		{"Load+1 equal to the bound is under", Policy{LoadFactor: 1, Allowance: 2, MinDepth: 4},
 			[]Candidate{{rk[1], 9, 2, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 1, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 3}},
-		{"Load equal to the bound is over", Policy{1, 2, 4, 0, 0},
+		{"Load equal to the bound is over", Policy{LoadFactor: 1, Allowance: 2, MinDepth: 4},
 			[]Candidate{{rk[1], 9, 3, 0}, {rk[0], 0, 0, 0}, {rk[2], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 3}},
 		// bound = ceil(1.25 * 3 / 4) + 8 = 9
-		{"allowance keeps affinity at low load", Policy{1.25, 8, 4, 0, 0},
+		{"allowance keeps affinity at low load", Policy{LoadFactor: 1.25, Allowance: 8, MinDepth: 4},
 			[]Candidate{{rk[2], 12, 2, 0}, {rk[0], 0, 0, 0}, {rk[1], 0, 0, 0}, {rk[3], 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 9}},
 		{"without allowance the same load spills", strict,
@@ -173,7 +173,7 @@ func TestChoose(t *testing.T) {
 }
 
 func TestChooseDoesNotModify(t *testing.T) {
-	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, MinDepth: DefaultMinDepth}
 	cands := []Candidate{{rk[0], 9, 6, 0}, {rk[1], 5, 0, 0}, {rk[2], 0, 1, 0}}
 	orig := slices.Clone(cands)
 	p.Choose(cands, tp, 0)
@@ -183,7 +183,7 @@ func TestChooseDoesNotModify(t *testing.T) {
 }
 
 func TestChooseAllocs(t *testing.T) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	for _, n := range []int{0, 1, 16, 256} {
 		for _, warm := range []bool{false, true} {
 			cands := benchCands(n, warm)

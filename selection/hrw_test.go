@@ -32,7 +32,7 @@ func TestScoreGolden(t *testing.T) {
 // coldWinners returns, for each of m placement keys, the index Choose picks
 // among idle candidates with the given keys (a cold request).
 func coldWinners(keys []uint64, placements []uint64) []int {
-	p := Policy{DefaultLoadFactor, 0, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, MinDepth: DefaultMinDepth}
 	cands := make([]Candidate, len(keys))
 	for i, k := range keys {
 		cands[i] = Candidate{Key: k}
@@ -146,7 +146,7 @@ func TestHRWUniform(t *testing.T) {
 // spread uniformly over those holders, and never go to non-holders.
 func TestHRWSpreadsEqualHolders(t *testing.T) {
 	const m = 24000
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	cands := make([]Candidate, 6)
 	for i := range cands {
 		cands[i] = Candidate{Key: dialKey(i)}

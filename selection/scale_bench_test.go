@@ -14,7 +14,7 @@ import (
 // the best of each kind). Choose is linear in the candidates by design
 // (rendezvous hashing must score them all); these say what the constant is.
 func BenchmarkChooseParts(b *testing.B) {
-	p := Policy{DefaultLoadFactor, DefaultAllowance, DefaultMinDepth, 0, 0}
+	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	for _, n := range []int{4, 16, 64, 256} {
 		cands := benchCands(n, true)
 		b.Run(fmt.Sprintf("bound/n=%d", n), func(b *testing.B) {
