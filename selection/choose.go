@@ -19,6 +19,11 @@ type Candidate struct {
 	// choice; caddymodule counts bytes of routing text). Never negative.
 	// Only the byte bound reads it (Policy.ByteAllowance > 0).
 	Bytes int64
+	// Backlog is the prefill the upstream is believed to have queued:
+	// the uncached prompt of the requests sent to it that it has not
+	// prefilled yet, in the caller's unit. Only Policy.ColdBacklog reads
+	// it.
+	Backlog int64
 }
 
 // Choice is the result of Choose.
@@ -31,8 +36,9 @@ type Choice struct {
 	Preferred int
 	// Reason says why Index was chosen.
 	Reason Reason
-	// Spilled is true when the bound moved the choice away from
-	// Preferred, that is when Index != Preferred.
+	// Spilled is true when the bound, the cold bound or the backlog
+	// moved the choice away from Preferred, that is when Index !=
+	// Preferred.
 	Spilled bool
 	// Bound is the in-flight bound the choice was made with, as
 	// Policy.Bound returns it.
@@ -73,6 +79,11 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 		holder, holderUnder, hrw, hrwUnder, hrwCold, least = -1, -1, -1, -1, -1, -1
 
 		holderScore, holderUnderScore, hrwScore, hrwUnderScore, hrwColdScore, leastScore uint64
+
+		// With ColdBacklog: the candidate under the bound and the cold
+		// bound with the least backlog, the highest-ranked on a tie.
+		quiet      = -1
+		quietScore uint64
 	)
 	for i := range cands {
 		c := &cands[i]
@@ -87,6 +98,10 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 		}
 		if under && c.Load < coldOrBound && (hrwCold < 0 || s > hrwColdScore) { // Load+1 <= coldOrBound
 			hrwCold, hrwColdScore = i, s
+		}
+		if p.ColdBacklog && under && c.Load < coldOrBound && (quiet < 0 || c.Backlog < cands[quiet].Backlog ||
+			(c.Backlog == cands[quiet].Backlog && s > quietScore)) {
+			quiet, quietScore = i, s
 		}
 		if least < 0 || c.Load < cands[least].Load || (c.Load == cands[least].Load && s > leastScore) {
 			least, leastScore = i, s
@@ -127,6 +142,9 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 			ch.Index, ch.Reason = hrwUnder, ReasonColdSpill
 		default:
 			ch.Index, ch.Reason = least, ReasonLeastLoaded
+		}
+		if quiet >= 0 && cands[quiet].Backlog < cands[ch.Index].Backlog {
+			ch.Index, ch.Reason = quiet, ReasonPrefill
 		}
 	}
 	ch.Spilled = ch.Index != ch.Preferred

@@ -81,6 +81,12 @@ type Policy struct {
 	// ceil(ColdLoadFactor * (sum(Load) + 1) / n), with no allowance. At
 	// least 1 and at most LoadFactor; 0 turns it off.
 	ColdLoadFactor float64
+	// ColdBacklog places cold requests by Candidate.Backlog as well: a
+	// cold request goes, among the candidates under the bound and the
+	// cold bound, to the one with the least backlog, the highest-ranked
+	// by rendezvous hashing on a tie. With no backlog anywhere that is
+	// the placement the cold bound gives.
+	ColdBacklog bool
 }
 
 // Validate reports the first invalid field of p, naming it as the

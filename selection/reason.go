@@ -29,6 +29,10 @@ const (
 	// ReasonLeastLoaded: no candidate is under the bound (only possible
 	// with an invalid Policy), so the least-loaded candidate.
 	ReasonLeastLoaded
+	// ReasonPrefill: a cold request with Policy.ColdBacklog, moved from
+	// the candidate the cold rules chose to one under the bound and the
+	// cold bound with less prefill queued (Candidate.Backlog).
+	ReasonPrefill
 
 	numReasons // must stay last
 )
@@ -41,6 +45,7 @@ var reasonNames = [numReasons]string{
 	ReasonCold:        "cold",
 	ReasonColdSpill:   "cold_spill",
 	ReasonLeastLoaded: "least_loaded",
+	ReasonPrefill:     "prefill",
 }
 
 // String returns the reason's snake_case name, for metric labels and
