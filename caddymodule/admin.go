@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -58,13 +59,15 @@ type instanceStats struct {
 	LoadFactor    float64 `json:"load_factor"`
 	LoadAllowance int     `json:"load_allowance"`
 	// LoadAllowanceBytes is load_allowance_bytes; 0 when the byte bound is off.
-	LoadAllowanceBytes int64           `json:"load_allowance_bytes"`
-	MinMatch           int             `json:"min_match"`
-	MinMatchRatio      float64         `json:"min_match_ratio"`
-	Entries            int             `json:"entries"`
-	Bytes              int64           `json:"bytes"`
-	Evictions          uint64          `json:"evictions"`
-	Upstreams          []upstreamStats `json:"upstreams"`
+	LoadAllowanceBytes int64   `json:"load_allowance_bytes"`
+	MinMatch           int     `json:"min_match"`
+	MinMatchRatio      float64 `json:"min_match_ratio"`
+	// PrefillRate is prefill_rate; 0 when the backlog is off.
+	PrefillRate int64           `json:"prefill_rate"`
+	Entries     int             `json:"entries"`
+	Bytes       int64           `json:"bytes"`
+	Evictions   uint64          `json:"evictions"`
+	Upstreams   []upstreamStats `json:"upstreams"`
 	// Indexed holds every upstream the index knows, with the entries it
 	// owns; one that left every pool stays until forget_after.
 	Indexed map[string]int `json:"indexed_upstreams"`
@@ -77,7 +80,11 @@ type upstreamStats struct {
 	// InFlightBytes is the routing text of this process's requests in
 	// flight at the upstream: the byte bound's load.
 	InFlightBytes int64 `json:"in_flight_bytes"`
-	Owned         int   `json:"owned_entries"`
+	// PrefillBacklog is the prefill the upstream is estimated to have
+	// queued, in bytes of routing text, by which cold requests are
+	// placed. 0 when prefill_rate is off.
+	PrefillBacklog int64 `json:"prefill_backlog_bytes"`
+	Owned          int   `json:"owned_entries"`
 }
 
 func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
@@ -93,16 +100,22 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			ChunkSize: s.ChunkSize, MaxEntries: s.MaxEntries,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
 			LoadAllowanceBytes: *s.LoadAllowanceBytes, MinMatchRatio: *s.MinMatchRatio,
-			Entries: st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
+			PrefillRate: *s.PrefillRate,
+			Entries:     st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
 		}
 		if pool := s.lastPool.Load(); pool != nil {
 			tab := s.upstreams.table(s.state.index, *pool)
+			now := time.Now().UnixNano()
 			for i, u := range *pool {
-				is.Upstreams = append(is.Upstreams, upstreamStats{
+				us := upstreamStats{
 					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
 					InFlightBytes: s.state.inflight.load(tab.ids[i]),
-				})
+				}
+				if s.nsPerByte > 0 {
+					us.PrefillBacklog = s.backlog(tab.ids[i], now)
+				}
+				is.Upstreams = append(is.Upstreams, us)
 			}
 		}
 		sort.Slice(is.Upstreams, func(i, j int) bool { return is.Upstreams[i].Dial < is.Upstreams[j].Dial })

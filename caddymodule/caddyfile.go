@@ -23,6 +23,7 @@ import (
 //		load_allowance <requests>
 //		load_allowance_bytes <size>|off
 //		cold_load_factor <factor>|off
+//		prefill_rate   <size>|off
 //		min_match      <bytes>
 //		min_match_ratio <fraction>
 //		tenant         <placeholder>
@@ -32,7 +33,8 @@ import (
 //		}
 //	}
 //
-// Sizes take units as Caddy's request_body max_size does (4MiB, 512KB).
+// Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
+// prefill_rate is a size per second (64KiB).
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
 	if d.NextArg() {
@@ -125,20 +127,12 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 		case "load_allowance_bytes":
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := sizeOrOff(d, "a size", &s.LoadAllowanceBytes); err != nil {
+				return err
 			}
-			var n int64
-			if d.Val() != "off" {
-				size, err := humanize.ParseBytes(d.Val())
-				if err != nil || size > 1<<40 {
-					return d.Errf("invalid load_allowance_bytes '%s': must be a size up to 1TiB, or off", d.Val())
-				}
-				n = int64(size)
-			}
-			s.LoadAllowanceBytes = &n
-			if d.NextArg() {
-				return d.ArgErr()
+		case "prefill_rate":
+			if err := sizeOrOff(d, "a size (bytes per second)", &s.PrefillRate); err != nil {
+				return err
 			}
 		case "tenant":
 			if !d.NextArg() {
@@ -193,6 +187,28 @@ func positiveInt(d *caddyfile.Dispenser, dst *int) error {
 		return d.Errf("invalid %s '%s': must be positive", name, d.Val())
 	}
 	*dst = n
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// sizeOrOff reads the one argument of the current directive, a size up
+// to 1TiB or off (0), into *dst; what names the size in the error.
+func sizeOrOff(d *caddyfile.Dispenser, what string, dst **int64) error {
+	name := d.Val()
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	var n int64
+	if d.Val() != "off" {
+		size, err := humanize.ParseBytes(d.Val())
+		if err != nil || size > 1<<40 {
+			return d.Errf("invalid %s '%s': must be %s up to 1TiB, or off", name, d.Val(), what)
+		}
+		n = int64(size)
+	}
+	*dst = &n
 	if d.NextArg() {
 		return d.ArgErr()
 	}

@@ -13,19 +13,30 @@ import (
 // and to the winner with cold_load_factor off. One stream is held open on
 // a backend of four, so that backend carries 1 request in flight and the
 // others none: the cold bound is ceil(1 x (1 + 1) / 4) = 1, and the
-// request bound (allowance 16) holds for every backend. Two sites share
-// the backends, and Caddy's in-flight counts with them.
+// request bound (allowance 16) holds for every backend. prefill_rate is
+// off on both sites: the held stream's backlog would also move new
+// conversations (TestBacklogPlacesNewConversations).
 func TestColdBoundBalancesNewConversations(t *testing.T) {
+	checkBusyWinner(t, chat(words("held", 100), "hold"),
+		"prefill_rate off", "cold_load_factor off\n\t\t\tprefill_rate off", "cold_spill")
+}
+
+// checkBusyWinner holds a stream of body open on one backend of four,
+// behind two sites sharing the index with policy options on and off, and
+// sends new conversations, alternately to each site, until each has
+// placed a few whose rendezvous-hash winner is the busy backend: site on
+// must move every one away with reason wantOn, site off must place it on
+// the winner (reason cold). Caddy's in-flight counts are shared too.
+func checkBusyWinner(t *testing.T, body []byte, onOptions, offOptions, wantOn string) {
+	t.Helper()
 	bs := newBackends(t, 4)
 	release := make(chan struct{})
 	holdStreams(bs, release)
-	onPort, offPort := freePort(t), freePort(t)
 	hdr := "header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}\n\t\t" +
 		"header_down X-PC-Preferred {http.reverse_proxy.prefix_cache.preferred}"
-	startCaddy(t, proxySite(onPort, bs, hdr, "")+proxySite(offPort, bs, hdr, "cold_load_factor off"))
-	url := func(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port) }
+	on, off := twoSites(t, bs, hdr, onOptions, offOptions)
 
-	held := openStream(t, url(onPort), chat(words("held", 100), "hold"))
+	held := openStream(t, on, body)
 	defer func() {
 		close(release)
 		io.Copy(io.Discard, held.Body)
@@ -42,15 +53,13 @@ func TestColdBoundBalancesNewConversations(t *testing.T) {
 		t.Fatalf("held stream answered by %q, not a backend", busy)
 	}
 
-	// New conversations, each sent once, until each site has placed a few
-	// whose rendezvous winner is the busy backend.
-	seen := map[int]int{}
-	for i := 0; i < 200 && (seen[onPort] < 3 || seen[offPort] < 3); i++ {
-		port := onPort
+	seen := map[string]int{}
+	for i := 0; i < 200 && (seen[on] < 3 || seen[off] < 3); i++ {
+		url := on
 		if i%2 == 1 {
-			port = offPort
+			url = off
 		}
-		resp, err := http.Post(url(port), "application/json", bytes.NewReader(chat(words(fmt.Sprintf("conversation %d", i), 100), "hello")))
+		resp, err := http.Post(url, "application/json", bytes.NewReader(chat(words(fmt.Sprintf("conversation %d", i), 100), "hello")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,16 +68,16 @@ func TestColdBoundBalancesNewConversations(t *testing.T) {
 		if resp.Header.Get("X-PC-Preferred") != busyDial {
 			continue
 		}
-		seen[port]++
+		seen[url]++
 		reason, got := resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-Backend")
 		switch {
-		case port == onPort && (reason != "cold_spill" || got == busy):
-			t.Errorf("conversation %d, cold bound on: reason %q on %s, want cold_spill away from %s (1 in flight, cold bound 1)", i, reason, got, busy)
-		case port == offPort && (reason != "cold" || got != busy):
-			t.Errorf("conversation %d, cold bound off: reason %q on %s, want cold on %s", i, reason, got, busy)
+		case url == on && (reason != wantOn || got == busy):
+			t.Errorf("conversation %d, site on: reason %q on %s, want %s away from %s", i, reason, got, wantOn, busy)
+		case url == off && (reason != "cold" || got != busy):
+			t.Errorf("conversation %d, site off: reason %q on %s, want cold on %s", i, reason, got, busy)
 		}
 	}
-	if seen[onPort] < 3 || seen[offPort] < 3 {
-		t.Fatalf("too few new conversations preferred the busy backend: %d with the cold bound, %d without", seen[onPort], seen[offPort])
+	if seen[on] < 3 || seen[off] < 3 {
+		t.Fatalf("too few new conversations preferred the busy backend: %d on site on, %d on site off", seen[on], seen[off])
 	}
 }

@@ -10,7 +10,8 @@ import (
 
 // inflightBytes counts, per interned upstream, the routing-text bytes of
 // the requests this process has sent it and not yet finished: the load
-// signal of the byte bound. Caddy's Upstream.NumRequests counts requests
+// signal of the byte bound (all bytes) and the cap of the prefill backlog
+// (the uncached bytes, see prefillQueues). Caddy's Upstream.NumRequests counts requests
 // alike whatever their size; a long agent context holds many times the KV
 // memory of a short chat turn, and an engine fills its KV cache, then
 // preempts and evicts, long before its request count looks high.
@@ -25,35 +26,38 @@ type inflightBytes [prefixindex.MaxIDs + 1]atomic.Int64
 
 func (t *inflightBytes) load(id prefixindex.ID) int64 { return max(t[id].Load(), 0) }
 
-// charge is what one request has added to an inflightBytes table: nothing,
-// or n bytes at one upstream. A retry moves the charge to the upstream it
-// chose; the charge is released when the request's context is done (its
-// handler returned: the response, streamed or not, has ended) whatever
-// happens in between. Attempts run one after another on the request's
-// goroutine, but the context can end concurrently with an attempt (the
-// client goes away), hence the lock.
+// charge is what one request has added to the in-flight tables: nothing,
+// or at one upstream n bytes of routing text to a table of all bytes and
+// u of them, the part the upstream was not believed to hold, to a table of
+// uncached bytes. A retry moves the charge to the upstream it chose; the
+// charge is released when the request's context is done (its handler
+// returned: the response, streamed or not, has ended) whatever happens in
+// between. Attempts run one after another on the request's goroutine, but
+// the context can end concurrently with an attempt (the client goes away),
+// hence the lock.
 type charge struct {
 	mu   sync.Mutex
 	tab  *inflightBytes // nil when nothing is charged
+	utab *inflightBytes
 	id   prefixindex.ID
-	n    int64
+	n, u int64
 	done bool // released for good: the request has ended
 	stop func() bool
 }
 
-// move charges n bytes to id in tab, releasing what an earlier attempt of
-// this request charged, and arranges the release when ctx is done.
-func (c *charge) move(ctx context.Context, tab *inflightBytes, id prefixindex.ID, n int64) {
+// move charges n bytes to id in tab and u to id in utab, releasing what an
+// earlier attempt of this request charged, and arranges the release when
+// ctx is done.
+func (c *charge) move(ctx context.Context, tab, utab *inflightBytes, id prefixindex.ID, n, u int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done {
 		return
 	}
-	if c.tab != nil {
-		c.tab[c.id].Add(-c.n)
-	}
-	c.tab, c.id, c.n = tab, id, n
+	c.give()
+	c.tab, c.utab, c.id, c.n, c.u = tab, utab, id, n, u
 	tab[id].Add(n)
+	utab[id].Add(u)
 	if c.stop == nil {
 		c.stop = context.AfterFunc(ctx, c.release)
 	}
@@ -63,9 +67,15 @@ func (c *charge) move(ctx context.Context, tab *inflightBytes, id prefixindex.ID
 func (c *charge) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.give()
+	c.done = true
+}
+
+// give gives back what is charged. c.mu must be held.
+func (c *charge) give() {
 	if c.tab != nil {
 		c.tab[c.id].Add(-c.n)
-		c.tab = nil
+		c.utab[c.id].Add(-c.u)
+		c.tab, c.utab = nil, nil
 	}
-	c.done = true
 }

@@ -36,6 +36,17 @@ func proxySite(port int, upstreams []*backend, proxyOptions, policyOptions strin
 `, port, strings.Join(dials, " "), policyOptions, proxyOptions)
 }
 
+// twoSites starts Caddy with two sites over the same upstreams, which
+// share one index, with policy options a and b, and returns their chat
+// completions URLs.
+func twoSites(t *testing.T, upstreams []*backend, proxyOptions, a, b string) (urlA, urlB string) {
+	t.Helper()
+	portA, portB := freePort(t), freePort(t)
+	startCaddy(t, proxySite(portA, upstreams, proxyOptions, a)+proxySite(portB, upstreams, proxyOptions, b))
+	url := func(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port) }
+	return url(portA), url(portB)
+}
+
 func newBackends(t *testing.T, n int) []*backend {
 	var bs []*backend
 	for i := range n {

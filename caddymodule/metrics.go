@@ -30,7 +30,7 @@ func newMetricSet() *metricSet {
 		selections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "selections_total",
-			Help: "Upstream selections by reason: match, spill, spill_cold, cold, cold_spill, least_loaded, or fallback for requests the policy could not route on.",
+			Help: "Upstream selections by reason: match, spill, spill_cold, cold, cold_spill, least_loaded, prefill, or fallback for requests the policy could not route on.",
 		}, []string{"reason"}),
 		peeks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,

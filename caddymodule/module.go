@@ -67,6 +67,12 @@ const (
 	// rate 0.820 vs 0.763, TTFT p90 0.35 vs 0.69 s) and matched it on
 	// shared-prefix and Mooncake; 512 KiB lost most of the gain.
 	DefaultLoadAllowanceBytes = 128 << 10
+
+	// DefaultPrefillRate is the default prefill_rate, in bytes of routing
+	// text per second: 64 KiB/s is about 16,000 tokens/s at 4 bytes per
+	// token, the prefill throughput of Llama-3-8B in vLLM on one H100
+	// (and of the benchmark's simulated engine). PREFILL-EVIDENCE
+	DefaultPrefillRate = 64 << 10
 )
 
 // PrefixCacheSelection is a reverse_proxy selection policy for fleets of LLM
@@ -128,6 +134,19 @@ type PrefixCacheSelection struct {
 	// Default: `1`.
 	ColdLoadFactor *float64 `json:"cold_load_factor,omitempty"`
 
+	// How fast one upstream prefills, in bytes of routing text per
+	// second; 0 turns the prefill backlog off. With it on, the policy
+	// estimates each upstream's queued prefill (the uncached text of the
+	// requests sent to it, drained at this rate, never more than the
+	// uncached text still in flight there), and a cold request goes,
+	// among the upstreams within the bound and the cold bound, to the one
+	// with the least queued rather than behind another long prefill. A
+	// warm request is never moved by it. An idle fleet has no queue and
+	// routes exactly as with it off. Set it near the engines' prefill
+	// throughput (tokens per second x ~4). Default: `65536` (64 KiB/s,
+	// about 16k tokens/s).
+	PrefillRate *int64 `json:"prefill_rate,omitempty"`
+
 	// Shortest matched prefix, in bytes of routing text, worth routing on;
 	// a shorter match is treated as no match. Default: `1024`.
 	MinMatch int `json:"min_match,omitempty"`
@@ -157,6 +176,7 @@ type PrefixCacheSelection struct {
 	fallback  reverseproxy.Selector
 	chunker   prefixindex.Chunker
 	policy    selection.Policy
+	nsPerByte float64 // 1s / prefill_rate; 0 when prefill_rate is off
 	state     *sharedState
 	lastPool  atomic.Pointer[reverseproxy.UpstreamPool]
 	upstreams upstreamCache
@@ -202,6 +222,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		f := min(selection.DefaultColdLoadFactor, s.LoadFactor)
 		s.ColdLoadFactor = &f
 	}
+	if s.PrefillRate == nil {
+		rate := int64(DefaultPrefillRate)
+		s.PrefillRate = &rate
+	}
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
 	}
@@ -239,6 +263,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		ByteAllowance:  *s.LoadAllowanceBytes,
 		ColdLoadFactor: *s.ColdLoadFactor,
 	}
+	if rate := *s.PrefillRate; rate > 0 {
+		s.policy.ColdBacklog = true
+		s.nsPerByte = 1e9 / float64(rate)
+	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
@@ -273,6 +301,9 @@ func (s *PrefixCacheSelection) Validate() error {
 	}
 	if s.LoadAllowanceBytes != nil && *s.LoadAllowanceBytes < 0 {
 		return fmt.Errorf("load_allowance_bytes must not be negative, got %d", *s.LoadAllowanceBytes)
+	}
+	if s.PrefillRate != nil && *s.PrefillRate < 0 {
+		return fmt.Errorf("prefill_rate must not be negative, got %d", *s.PrefillRate)
 	}
 	// The remaining rules, load_factor and cold_load_factor, are the
 	// choice's own; their messages name the same fields.
@@ -309,7 +340,11 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	if chosen == nil {
 		return nil
 	}
-	req.charge.move(r.Context(), &s.state.inflight, d.id, int64(req.textLen))
+	uncached := int64(req.textLen - d.matched)
+	req.charge.move(r.Context(), &s.state.inflight, &s.state.uncached, d.id, int64(req.textLen), uncached)
+	if s.nsPerByte > 0 {
+		s.state.prefill.add(d.id, time.Now().UnixNano(), uncached, s.nsPerByte)
+	}
 	metrics.selected(d)
 	setPlaceholders(r, d)
 	if c := s.logger.Check(zapcore.DebugLevel, "prefix_cache selected upstream"); c != nil {
@@ -361,10 +396,18 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 	}
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(req.hashes, sc.ids, sc.depths)
+	var now int64
+	if s.nsPerByte > 0 {
+		now = time.Now().UnixNano()
+	}
 	for j, u := range sc.ups {
+		id := sc.ids[j]
 		sc.cands[j].Depth = sc.depths[j]
 		sc.cands[j].Load = u.NumRequests()
-		sc.cands[j].Bytes = s.state.inflight.load(sc.ids[j])
+		sc.cands[j].Bytes = s.state.inflight.load(id)
+		if s.nsPerByte > 0 {
+			sc.cands[j].Backlog = s.backlog(id, now)
+		}
 	}
 
 	policy := s.policy
@@ -390,6 +433,12 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		coldBound:   choice.ColdBound,
 		id:          sc.ids[choice.Index],
 	}
+}
+
+// backlog is the prefill queued at id at time now, as cold placement
+// reads it: the fluid estimate, capped by the uncached bytes in flight.
+func (s *PrefixCacheSelection) backlog(id prefixindex.ID, now int64) int64 {
+	return min(s.state.prefill.load(id, now, s.nsPerByte), s.state.uncached.load(id))
 }
 
 // anyAvailableExcept reports whether pool has an available upstream whose

@@ -30,8 +30,12 @@ var states = caddy.NewUsagePool()
 type sharedState struct {
 	key   string
 	index *prefixindex.Index
-	// inflight is the byte bound's load, per upstream of index.
+	// inflight is the byte bound's load, per upstream of index;
+	// uncached the part of it the upstreams were not believed to hold,
+	// and prefill their estimated prefill queues.
 	inflight inflightBytes
+	uncached inflightBytes
+	prefill  prefillQueues
 	stop     chan struct{}
 	done     chan struct{}
 
