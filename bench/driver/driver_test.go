@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 	"github.com/prefixcache/caddy-prefixcache/bench/workload"
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
 func TestExpandVars(t *testing.T) {
@@ -55,7 +57,7 @@ func TestAdaptCaddyfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1 127.0.0.1:2"}, ps[0])
+			raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1 127.0.0.1:2"}, ps[0], 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,8 +93,51 @@ func TestAdaptCaddyfile(t *testing.T) {
 			}
 		})
 	}
-	if _, err := AdaptCaddyfile([]byte(":80 {\n\trespond ok\n}\n"), nil, Policy{Name: "x"}); err == nil {
+	if _, err := AdaptCaddyfile([]byte(":80 {\n\trespond ok\n}\n"), nil, Policy{Name: "x"}, 1); err == nil {
 		t.Errorf("AdaptCaddyfile without reverse_proxy: no error")
+	}
+}
+
+// prefix_cache's prefill_rate is in simulated time: the engines at time
+// scale 0.2 prefill five times as fast in wall time, and so must the
+// policy's estimate drain.
+func TestAdaptCaddyfileScalesPrefillRate(t *testing.T) {
+	caddyfile := readCaddyfile(t)
+	own, _ := ParsePolicies("prefix_cache")
+	given, err := ParseCustomPolicy(`pc={"policy":"prefix_cache","prefill_rate":1000}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := ParseCustomPolicy(`pc={"policy":"prefix_cache","prefill_rate":0}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		p    Policy
+		want float64
+	}{
+		{"the Caddyfile's own, default rate", own[0], caddymodule.DefaultPrefillRate * 5},
+		{"a given rate", given, 5000},
+		{"off stays off", off, 0},
+	} {
+		raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1"}, c.p, 0.2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		var rates []any
+		walk(cfg, func(m map[string]any) {
+			if m["policy"] == "prefix_cache" {
+				rates = append(rates, m["prefill_rate"])
+			}
+		})
+		if len(rates) == 0 || slices.ContainsFunc(rates, func(r any) bool { return r != c.want }) {
+			t.Errorf("%s: prefill_rate at time scale 0.2 = %v, want %v", c.name, rates, c.want)
+		}
 	}
 }
 

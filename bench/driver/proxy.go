@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 
@@ -13,7 +14,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the caddyfile adapter
 	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy and the stock policies
 
-	_ "github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
+	"github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
 )
 
 // Response headers set by the Caddyfile's header_down lines, read by the
@@ -33,10 +34,12 @@ type Proxy struct {
 // StartProxy loads a Caddy configuration built from caddyfile, whose
 // {$LISTEN} and {$UPSTREAMS} environment placeholders are filled in with a
 // free local port and upstreams, and whose reverse_proxy handlers get the
-// selection policy p (unless p keeps the Caddyfile's own). The admin API is
-// disabled and config persistence turned off, so that concurrent benchmarks
-// and a developer's own Caddy are not disturbed.
-func StartProxy(caddyfile []byte, upstreams []string, p Policy) (*Proxy, error) {
+// selection policy p (unless p keeps the Caddyfile's own). prefix_cache's
+// prefill_rate is converted from simulated to wall time (timeScale, see
+// AdaptCaddyfile). The admin API is disabled and config persistence turned
+// off, so that concurrent benchmarks and a developer's own Caddy are not
+// disturbed.
+func StartProxy(caddyfile []byte, upstreams []string, p Policy, timeScale float64) (*Proxy, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -45,7 +48,7 @@ func StartProxy(caddyfile []byte, upstreams []string, p Policy) (*Proxy, error) 
 	cfg, err := AdaptCaddyfile(caddyfile, map[string]string{
 		"LISTEN":    addr,
 		"UPSTREAMS": strings.Join(upstreams, " "),
-	}, p)
+	}, p, timeScale)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +68,15 @@ func (p *Proxy) Stop() error {
 // Caddy), adapts it to JSON, sets the selection policy of every
 // reverse_proxy handler to p's, and makes the configuration quiet and
 // self-contained: admin API off, no config persistence, error-level logs.
-func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy) ([]byte, error) {
+//
+// The engines run timeScale wall seconds per simulated second, and
+// prefix_cache's prefill_rate (given or default) is a rate in simulated
+// time, the engines' own: it is divided by timeScale, so the policy's
+// estimate drains as fast as the engines prefill.
+func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScale float64) ([]byte, error) {
+	if !(timeScale > 0) {
+		return nil, fmt.Errorf("time scale must be positive, got %v", timeScale)
+	}
 	src := expandVars(caddyfile, vars)
 	adapter := caddyconfig.GetAdapter("caddyfile")
 	if adapter == nil {
@@ -91,6 +102,7 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy) ([]byte,
 	if n == 0 {
 		return nil, errors.New("the Caddyfile has no reverse_proxy handler")
 	}
+	scalePrefillRates(cfg, timeScale)
 	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
 	cfg["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
 	return json.Marshal(cfg)
@@ -122,6 +134,28 @@ func patchProxies(v any, policy any) int {
 		}
 	}
 	return n
+}
+
+// scalePrefillRates divides the prefill_rate of every prefix_cache
+// selection policy under v by timeScale, filling in the default first.
+func scalePrefillRates(v any, timeScale float64) {
+	switch v := v.(type) {
+	case map[string]any:
+		if v["policy"] == "prefix_cache" {
+			rate := float64(caddymodule.DefaultPrefillRate)
+			if r, ok := v["prefill_rate"].(float64); ok {
+				rate = r
+			}
+			v["prefill_rate"] = int64(math.Round(rate / timeScale))
+		}
+		for _, c := range v {
+			scalePrefillRates(c, timeScale)
+		}
+	case []any:
+		for _, c := range v {
+			scalePrefillRates(c, timeScale)
+		}
+	}
 }
 
 // expandVars replaces {$NAME} and {$NAME:default} for the names in vars,

@@ -245,7 +245,7 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 		return nil, fmt.Errorf("starting engines: %w", err)
 	}
 	defer fleet.Close()
-	proxy, err := StartProxy(cfg.Caddyfile, fleet.Addrs(), p)
+	proxy, err := StartProxy(cfg.Caddyfile, fleet.Addrs(), p, cfg.Engine.TimeScale)
 	if err != nil {
 		return nil, err
 	}
