@@ -21,7 +21,10 @@ import (
 // The estimate is never more than the uncached bytes of the requests still
 // in flight at the upstream (the caller caps it), so a rate set too low
 // cannot make a backlog grow without end, and an upstream that answers
-// with errors at once sheds its backlog as its requests end.
+// with errors at once sheds its backlog as its requests end. The queues
+// belong to the shared state, like the in-flight bytes: two configs with
+// one index feed the same queues, each at its own prefill_rate, so they
+// should agree on it.
 type prefillQueues [prefixindex.MaxIDs + 1]atomic.Int64 // unix ns
 
 // add queues n bytes of prefill at id, at time now (unix ns), for an

@@ -11,10 +11,11 @@ import (
 // inflightBytes counts, per interned upstream, the routing-text bytes of
 // the requests this process has sent it and not yet finished: the load
 // signal of the byte bound (all bytes) and the cap of the prefill backlog
-// (the uncached bytes, see prefillQueues). Caddy's Upstream.NumRequests counts requests
-// alike whatever their size; a long agent context holds many times the KV
-// memory of a short chat turn, and an engine fills its KV cache, then
-// preempts and evicts, long before its request count looks high.
+// (the uncached bytes, see prefillQueues). Caddy's Upstream.NumRequests
+// counts requests alike whatever their size; a long agent context holds
+// many times the KV memory of a short chat turn, and an engine fills its
+// KV cache, then preempts and evicts, long before its request count looks
+// high.
 //
 // It is kept per shared state (one index, one table), so two prefix_cache
 // configurations with different chunk sizes in one process do not see each
