@@ -66,8 +66,8 @@ const (
 	// (docs/peers.md): 128 KiB beat 256 KiB on the agent workload (hit
 	// rate 0.820 vs 0.763, TTFT p90 0.35 vs 0.69 s) and matched it on
 	// shared-prefix and Mooncake; 512 KiB lost most of the gain. That is
-	// a third of the benchmark's 64k-token KV caches: with 400k-token
-	// engines 512 KiB did better on Mooncake (README, Defaults).
+	// half of the benchmark's 64k-token KV caches (256 KiB of text): with
+	// 400k-token engines 512 KiB did better on Mooncake (README, Defaults).
 	DefaultLoadAllowanceBytes = 128 << 10
 
 	// DefaultPrefillRate is the default prefill_rate, in bytes of routing
