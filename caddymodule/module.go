@@ -400,7 +400,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		return nil, decision{}
 	}
 	sc.depths = grow(sc.depths, len(sc.ids))
-	s.state.index.Depths(req.hashes, sc.ids, sc.depths)
+	s.state.index.Depths(prefixindex.Scope{}, req.hashes, sc.ids, sc.depths)
 	var now int64
 	if s.nsPerByte > 0 {
 		now = time.Now().UnixNano()
@@ -422,7 +422,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 	choice := policy.Choose(sc.cands, req.placement, int64(req.textLen))
 	chosen := sc.ups[choice.Index]
 	if record {
-		s.state.index.Record(req.hashes, sc.ids[choice.Index])
+		s.state.index.Record(prefixindex.Scope{}, req.hashes, sc.ids[choice.Index])
 		req.tried = append(req.tried, chosen.Dial)
 	}
 	return chosen, decision{

@@ -517,6 +517,6 @@ func fillIndex(ix *prefixindex.Index, n int, pool reverseproxy.UpstreamPool) {
 		for k := range buf {
 			buf[k] = prefixindex.Hash(xxh3.HashSeed(nil, uint64(i+k)^0x5eed))
 		}
-		ix.Record(buf[:min(len(buf), n-i)], ids[(i/len(buf))%len(ids)])
+		ix.Record(prefixindex.Scope{}, buf[:min(len(buf), n-i)], ids[(i/len(buf))%len(ids)])
 	}
 }

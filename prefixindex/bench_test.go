@@ -63,12 +63,12 @@ func BenchmarkDepths(b *testing.B) {
 	depths := make([]int, len(ids))
 	for _, n := range chunkCounts {
 		warm := hashes(fmt.Sprint("depths-warm", n), n)
-		ix.Record(warm, ids[3])
-		ix.Record(warm[:n/2], ids[5])
+		ix.Record(Scope{}, warm, ids[3])
+		ix.Record(Scope{}, warm[:n/2], ids[5])
 		b.Run(fmt.Sprintf("warm/%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ix.Depths(warm, ids, depths)
+				ix.Depths(Scope{}, warm, ids, depths)
 			}
 			if depths[3] != n || depths[5] != n/2 {
 				b.Fatalf("Depths = %v, want %d at 3 and %d at 5", depths, n, n/2)
@@ -79,7 +79,7 @@ func BenchmarkDepths(b *testing.B) {
 	b.Run("cold/1024", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			ix.Depths(cold, ids, depths)
+			ix.Depths(Scope{}, cold, ids, depths)
 		}
 	})
 }
@@ -92,7 +92,7 @@ func BenchmarkRecord(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				ix.Record(warm, ids[i%len(ids)])
+				ix.Record(Scope{}, warm, ids[i%len(ids)])
 				i++
 			}
 		})
@@ -111,7 +111,7 @@ func BenchmarkRecord(b *testing.B) {
 					next++
 					hs[k] = Hash(next * 0x9e3779b97f4a7c15)
 				}
-				full.Record(hs, a)
+				full.Record(Scope{}, hs, a)
 			}
 		})
 	}
@@ -126,7 +126,7 @@ func BenchmarkParallel(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			var seq atomic.Uint64
 			warm := hashes(fmt.Sprint("parallel", n), n)
-			ix.Record(warm, ids[0])
+			ix.Record(Scope{}, warm, ids[0])
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				depths := make([]int, len(ids))
@@ -140,8 +140,8 @@ func BenchmarkParallel(b *testing.B) {
 							hs[k] = Hash((i<<20 + uint64(k)) * 0x9e3779b97f4a7c15)
 						}
 					}
-					ix.Depths(hs, ids, depths)
-					ix.Record(hs, ids[i%uint64(len(ids))])
+					ix.Depths(Scope{}, hs, ids, depths)
+					ix.Record(Scope{}, hs, ids[i%uint64(len(ids))])
 				}
 			})
 		})
@@ -210,12 +210,14 @@ func BenchmarkLocking(b *testing.B) {
 		record func([]Hash, ID)
 	}
 	impls := []impl{
-		{"grouped", ix.Depths, ix.Record},
+		{"grouped",
+			func(h []Hash, ids []ID, d []int) { ix.Depths(Scope{}, h, ids, d) },
+			func(h []Hash, id ID) { ix.Record(Scope{}, h, id) }},
 		{"perChunk", ix.depthsPerChunk, ix.recordPerChunk},
 	}
 	for _, n := range chunkCounts {
 		warm := hashes(fmt.Sprint("locking", n), n)
-		ix.Record(warm, ids[1])
+		ix.Record(Scope{}, warm, ids[1])
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("%s/%d", im.name, n), func(b *testing.B) {
 				depths := make([]int, len(ids))
@@ -259,7 +261,7 @@ func BenchmarkMemory(b *testing.B) {
 		for range b.N {
 			next++
 			one[0] = Hash(next * 0x9e3779b97f4a7c15)
-			ix.Record(one[:], a)
+			ix.Record(Scope{}, one[:], a)
 		}
 		b.ReportMetric(float64(heap)/n, "B/entry")
 		b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "stats-B/entry")

@@ -45,7 +45,7 @@ func TestConcurrent(t *testing.T) {
 					}
 				case op < 500:
 					if id, err := ix.Intern(names[r.IntN(len(names))]); err == nil {
-						ix.Record(hs, id)
+						ix.Record(Scope{}, hs, id)
 					} else {
 						t.Errorf("Intern: %v", err)
 					}
@@ -53,7 +53,7 @@ func TestConcurrent(t *testing.T) {
 					for j := range ids {
 						ids[j], _ = ix.Intern(names[r.IntN(len(names))])
 					}
-					ix.Depths(hs, ids, depths)
+					ix.Depths(Scope{}, hs, ids, depths)
 					for j, d := range depths {
 						if d < 0 || d > len(hs) {
 							t.Errorf("Depths(hs[%d], %v)[%d] = %d, out of range", len(hs), ids, j, d)
@@ -80,11 +80,11 @@ func TestForgetDuringRecord(t *testing.T) {
 			for w := range 3 {
 				wg.Go(func() {
 					for i := 0; !stop.Load(); i++ {
-						ix.Record(hashes(fmt.Sprint(w, i%50), 64), a)
+						ix.Record(Scope{}, hashes(fmt.Sprint(w, i%50), 64), a)
 					}
 				})
 			}
-			ix.Record(hashes("warm", 64), a)
+			ix.Record(Scope{}, hashes("warm", 64), a)
 			ix.Forget("A")
 			if n := countOwned(ix, a); n != 0 {
 				t.Errorf("right after Forget(A): %d entries still owned by A's ID %d", n, a)

@@ -18,15 +18,28 @@
 // a prefix of the request it is believed to hold: the position of the
 // deepest hash it owns, which, the hashes being chained, names the whole
 // prefix up to there. Record makes the chosen upstream an owner of all of
-// them. The index is split into shards by hash, each with its
-// own lock, its own least-recently-used list and its own share of
-// Config.MaxEntries. A request takes each shard's lock once for all its hashes
+// them, and Confirm says that the upstream answered. The index is split
+// into shards by hash, each with its own lock, its own least-recently-used
+// lists and its own share of Config.MaxEntries. A request takes each shard's lock once for all its hashes
 // in that shard (they are grouped by shard first, in pooled scratch memory),
 // never once per hash.
 //
-// Only Record refreshes recency. Within a shard, Record refreshes the deepest
-// hashes first, so a prompt's shallow prefix, shared by more requests,
-// outlives its tail.
+// Only Record and Confirm refresh recency. Within a shard they refresh the
+// deepest hashes first, so a prompt's shallow prefix, shared by more
+// requests, outlives its tail.
+//
+// # Damage bounds
+//
+// Each shard is a segmented LRU: Record creates entries on probation,
+// Confirm promotes them to the protected list, which holds at most
+// 1 - Config.Probation of the shard. A new entry evicts the least recently
+// used probation entry, so records that are never confirmed (requests the
+// engines reject, failed ones) churn only the probation share and never
+// evict a confirmed entry.
+//
+// A Scope confines a tenant's entries to a run of ceil(share x shards)
+// shards (Index.Scope), so no tenant, however much it sends, holds or
+// evicts more than that share of the index.
 //
 // # Memory
 //
@@ -36,14 +49,15 @@
 // Arrays grow by doubling as entries arrive, up to the bound. With
 // C = MaxEntries/Shards entries per shard and its slot table of
 // S(C) = the least power of two >= 4C/3 slots (< 8C/3 + 1), a shard holds at
-// most 24(C+1) bytes of entries (plus under 8 KiB of allocator rounding),
+// most 24(C+2) bytes of entries (plus under 8 KiB of allocator rounding),
 // 8 S(C) bytes of slots and 128 bytes of its own, so:
 //
 //	Stats().Bytes <= 46*MaxEntries + 8.5 KiB*Shards + 17 KiB + sum over interned names of (len(name) + 64)
 //
 // A full index costs between 35 and 46 bytes per entry depending on where C
 // falls between powers of two; the default (1<<20 entries, 16 shards) costs
-// 40.1 bytes per entry, 40 MiB in all. Stats().Bytes is what the index
+// 40.1 bytes per entry, 40 MiB in all. (Two entries per shard are the
+// sentinels of its two lists.) Stats().Bytes is what the index
 // holds; tests check it against the heap. Not counted: the transient scratch
 // of requests in flight (20 bytes per hash of the request, pooled) and the
 // old array while one doubles.

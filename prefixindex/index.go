@@ -3,6 +3,7 @@ package prefixindex
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -42,9 +43,19 @@ const (
 	// zero ID names no upstream.
 	MaxIDs = 1<<16 - 1
 
-	// maxShardEntries bounds one shard so entry indexes fit in 32 bits with
-	// room to spare and the slot table fits in 2^32 slots.
+	// maxShardEntries bounds one shard so entry indexes fit in 31 bits (the
+	// 32nd of a link is the probation flag) and the slot table fits in 2^32
+	// slots.
 	maxShardEntries = 1 << 30
+
+	// DefaultProbation is the default Config.Probation: a quarter of each
+	// shard is where records not yet confirmed live, and the most of the
+	// index that traffic which is never confirmed (requests the engines
+	// reject, a flood of unique prompts that fail) can churn. It must hold
+	// the prompts in flight between their selection and their answer: a
+	// quarter of the default index is 262,144 chunks, 64 MiB of routing
+	// text, a thousand 64 KiB prompts at once.
+	DefaultProbation = 0.25
 
 	// nameOverhead estimates the bytes one interned name costs beyond its
 	// text: its string header and ID in the name map (with the map's load
@@ -57,6 +68,16 @@ const (
 // names no upstream and never owns anything.
 type ID uint16
 
+// Scope is the part of an index that one tenant's entries live in: a run of
+// consecutive shards (wrapping around), so that one tenant's traffic can
+// evict no more than that share of the index, however much of it there is.
+// The zero Scope is the whole index. Scopes are local to one Index: every
+// lookup, record and confirmation of a tenant's hashes must use the Scope
+// that Index.Scope gives for its key.
+type Scope struct {
+	first, n uint32 // n == 0: every shard
+}
+
 // Config bounds an Index.
 type Config struct {
 	// MaxEntries bounds the entries (chunk hashes) held across all shards.
@@ -66,6 +87,12 @@ type Config struct {
 	// 0 means DefaultShards. An index with fewer MaxEntries than Shards uses
 	// as many shards as the largest power of two <= MaxEntries.
 	Shards int
+	// Probation is the share of each shard, above 0 and at most 1, kept for
+	// entries that were recorded but not confirmed (see Record and
+	// Confirm); the rest holds confirmed entries. 0 means
+	// DefaultProbation; 1 makes the index a plain LRU that Confirm only
+	// refreshes.
+	Probation float64
 }
 
 // Stats describes an Index at one moment.
@@ -127,12 +154,18 @@ const maxPooledChunks = 1 << 16
 // New returns an empty index bounded by cfg. Memory is allocated lazily as
 // entries arrive, never beyond the bound in the package documentation.
 func New(cfg Config) (*Index, error) {
-	maxEntries, shards := cfg.MaxEntries, cfg.Shards
+	maxEntries, shards, probation := cfg.MaxEntries, cfg.Shards, cfg.Probation
 	if maxEntries == 0 {
 		maxEntries = DefaultMaxEntries
 	}
 	if shards == 0 {
 		shards = DefaultShards
+	}
+	if probation == 0 {
+		probation = DefaultProbation
+	}
+	if !(probation > 0 && probation <= 1) { // also rejects NaN
+		return nil, fmt.Errorf("Probation must be above 0 and at most 1, got %v", cfg.Probation)
 	}
 	if maxEntries < 0 {
 		return nil, fmt.Errorf("MaxEntries must not be negative, got %d", maxEntries)
@@ -160,11 +193,47 @@ func New(cfg Config) (*Index, error) {
 		if i < maxEntries%shards {
 			limit++
 		}
-		ix.shards[i].init(limit, ix.secret)
+		// At least one probation slot, so that a full shard always has
+		// an unconfirmed entry to evict before any confirmed one.
+		reserve := max(1, int(math.Ceil(probation*float64(limit))))
+		ix.shards[i].init(limit, max(0, limit-reserve), ix.secret)
 	}
 	ids := map[string]ID{}
 	ix.ids.Store(&ids)
 	return ix, nil
+}
+
+// Scope returns the scope of the tenant whose key is key (any well-mixed
+// 64-bit value; 0 names no tenant and gets the whole index) when one
+// tenant may hold share of the index: ceil(share x shards) shards, at
+// least one, chosen from key and the index's secret, so that a client
+// cannot pick a tenant value that lands on another tenant's shards. A
+// share of 1 or more (or NaN) is the whole index.
+func (ix *Index) Scope(key uint64, share float64) Scope {
+	shards := len(ix.shards)
+	if key == 0 || !(share < 1) {
+		return Scope{}
+	}
+	n := min(max(1, int(math.Ceil(share*float64(shards)))), shards)
+	if n == shards {
+		return Scope{}
+	}
+	return Scope{first: uint32(mix(key, ix.secret) & ix.shardMask), n: uint32(n)}
+}
+
+// Share returns the share of the index's entries that sc spans.
+func (ix *Index) Share(sc Scope) float64 {
+	if sc.n == 0 {
+		return 1
+	}
+	return float64(sc.n) / float64(len(ix.shards))
+}
+
+// ID returns the ID of the upstream name and whether it is interned,
+// without interning it.
+func (ix *Index) ID(name string) (ID, bool) {
+	id, ok := (*ix.ids.Load())[name]
+	return id, ok
 }
 
 // Intern returns the ID of the upstream name, assigning one the first time.
@@ -299,23 +368,25 @@ func (ix *Index) isLive(id ID) bool {
 }
 
 // Depths sets depths[j], for each j < len(ids), to the depth of the
-// deepest hash ids[j] owns: k when it owns hashes[k-1] and none deeper,
-// 0 when it owns none. Hashes are chained, so owning hashes[k-1] means
-// ids[j] was sent the whole prefix through chunk k-1; it need not still own
-// the shallower entries themselves. A hot shallow prefix (a system prompt
-// every request shares) keeps only its MaxOwners most recent owners, and an
-// upstream that dropped off that list still holds its deeper conversation.
+// deepest hash ids[j] owns in scope: k when it owns hashes[k-1] and none
+// deeper, 0 when it owns none. Hashes are chained, so owning hashes[k-1]
+// means ids[j] was sent the whole prefix through chunk k-1; it need not
+// still own the shallower entries themselves. A hot shallow prefix (a
+// system prompt every request shares) keeps only its MaxOwners most recent
+// owners, and an upstream that dropped off that list still holds its deeper
+// conversation. Entries on probation count as much as confirmed ones.
 // depths must be at least as long as ids.
 //
-// Depths does not refresh recency: only Record does. Every request that is
-// routed is recorded right after, which refreshes exactly the entries that
-// mattered, while a lookup that is not followed by a Record (the request
-// went elsewhere or failed) should not keep a prefix alive.
+// Depths does not refresh recency: only Record and Confirm do. Every
+// request that is routed is recorded right after, which refreshes exactly
+// the entries that mattered, while a lookup that is not followed by a
+// Record (the request went elsewhere or failed) should not keep a prefix
+// alive.
 //
 // Depths takes each shard's lock once for all the hashes in that shard,
 // then scans the owners from the deepest hash up, stopping once every id
 // has its depth.
-func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
+func (ix *Index) Depths(scope Scope, hashes []Hash, ids []ID, depths []int) {
 	depths = depths[:len(ids)]
 	clear(depths)
 	if len(hashes) == 0 || len(ids) == 0 {
@@ -324,14 +395,14 @@ func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
 
 	sc := ix.pool.Get().(*scratch)
 	defer ix.release(sc)
-	ix.group(sc, hashes)
+	ix.group(sc, scope, hashes)
 	sc.owners = slices.Grow(sc.owners[:0], len(hashes))[:len(hashes)]
 	start := uint32(0)
-	for s, end := range sc.end {
+	for g, end := range sc.end {
 		if start == end {
 			continue
 		}
-		sh := &ix.shards[s]
+		sh := ix.shardOf(scope, g)
 		sh.mu.Lock()
 		for _, i := range sc.order[start:end] {
 			sc.owners[i] = sh.owners(sc.m[i], uint64(hashes[i]))
@@ -370,32 +441,56 @@ func (ix *Index) Depths(hashes []Hash, ids []ID, depths []int) {
 }
 
 // Record notes that owner now holds every prefix in hashes, as its most
-// recent owner, and makes those entries the most recently used, creating the
-// missing ones and evicting least recently used entries to stay within
-// MaxEntries. Within a shard it records the deepest hashes first, so that
-// shallower prefixes, which every deeper one needs, are evicted last.
+// recent owner, and makes those entries the most recently used of their
+// list, creating the missing ones on probation and evicting least recently
+// used probation entries to stay within MaxEntries. Record is what a
+// selection knows: the request was sent to owner. Until Confirm says the
+// owner answered, its new entries can only displace other unconfirmed
+// ones, so traffic that is never confirmed (rejected, failed, hostile)
+// cannot evict what confirmed traffic taught.
 //
-// Record takes each shard's lock once for all the hashes in that shard.
-// Recording for an ID that is not interned (0, or forgotten) does nothing.
-func (ix *Index) Record(hashes []Hash, owner ID) {
+// Within a shard it records the deepest hashes first, so that shallower
+// prefixes, which every deeper one needs, are evicted last. Record takes
+// each shard's lock once for all the hashes in that shard. Recording for
+// an ID that is not interned (0, or forgotten) does nothing.
+func (ix *Index) Record(scope Scope, hashes []Hash, owner ID) {
+	ix.update(scope, hashes, owner, false)
+}
+
+// Confirm notes that owner answered a request for hashes (its engine
+// holds the prefix): as Record, but the entries become protected, promoted
+// from probation or created, and only protected entries beyond the
+// protected share of a shard are demoted back to probation. Confirming
+// what was never recorded records it.
+func (ix *Index) Confirm(scope Scope, hashes []Hash, owner ID) {
+	ix.update(scope, hashes, owner, true)
+}
+
+// update records (or, with confirm, confirms) each hash of hashes in
+// scope, deepest first within each shard, under one lock per shard.
+func (ix *Index) update(scope Scope, hashes []Hash, owner ID, confirm bool) {
 	if len(hashes) == 0 || owner == 0 || !ix.isLive(owner) {
 		return
 	}
 	sc := ix.pool.Get().(*scratch)
-	ix.group(sc, hashes)
+	ix.group(sc, scope, hashes)
 	start := uint32(0)
-	for s, end := range sc.end {
+	for g, end := range sc.end {
 		if start == end {
 			continue
 		}
-		sh := &ix.shards[s]
+		sh := ix.shardOf(scope, g)
 		sh.mu.Lock()
 		// Checked under the lock: see Forget.
 		if ix.isLive(owner) {
 			group := sc.order[start:end]
 			for k := len(group) - 1; k >= 0; k-- {
 				i := group[k]
-				sh.record(sc.m[i], uint64(hashes[i]), uint16(owner))
+				if confirm {
+					sh.confirm(sc.m[i], uint64(hashes[i]), uint16(owner))
+				} else {
+					sh.record(sc.m[i], uint64(hashes[i]), uint16(owner))
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -404,15 +499,27 @@ func (ix *Index) Record(hashes []Hash, owner ID) {
 	ix.release(sc)
 }
 
+// shardOf returns the shard of group g of scope (see group).
+func (ix *Index) shardOf(scope Scope, g int) *shard {
+	return &ix.shards[(uint64(scope.first)+uint64(g))&ix.shardMask]
+}
+
 // group fills sc.m with the mixed hashes and sc.order with the positions of
-// hashes grouped by shard (a counting sort, ascending within a shard), and
-// sets sc.end[s] to the end of shard s's group.
-func (ix *Index) group(sc *scratch, hashes []Hash) {
-	n, shards := len(hashes), len(ix.shards)
+// hashes grouped by shard of scope (a counting sort, ascending within a
+// shard), and sets sc.end[g] to the end of group g, the hashes of shard
+// shardOf(scope, g). The whole index has one group per shard, picked by the
+// mixed hash's low bits; a tenant's scope has scope.n, picked by a
+// multiply-shift of its low 32 bits.
+func (ix *Index) group(sc *scratch, scope Scope, hashes []Hash) {
+	n := len(hashes)
+	groups := len(ix.shards)
+	if scope.n != 0 {
+		groups = int(scope.n)
+	}
 	sc.m = slices.Grow(sc.m[:0], n)[:n]
 	sc.order = slices.Grow(sc.order[:0], n)[:n]
-	sc.end = slices.Grow(sc.end[:0], shards)[:shards]
-	if shards == 1 {
+	sc.end = slices.Grow(sc.end[:0], groups)[:groups]
+	if groups == 1 {
 		for i, h := range hashes {
 			sc.m[i] = mix(uint64(h), ix.secret)
 			sc.order[i] = uint32(i)
@@ -420,24 +527,32 @@ func (ix *Index) group(sc *scratch, hashes []Hash) {
 		sc.end[0] = uint32(n)
 		return
 	}
-	// end[s] first counts shard s-1's hashes, then becomes the start of
-	// shard s's group, then, after placement, its end.
+	// end[g] first counts group g-1's hashes, then becomes the start of
+	// group g, then, after placement, its end.
 	clear(sc.end)
 	for i, h := range hashes {
 		m := mix(uint64(h), ix.secret)
 		sc.m[i] = m
-		if s := m & ix.shardMask; s+1 < uint64(shards) {
-			sc.end[s+1]++
+		if g := groupOf(m, scope, ix.shardMask); g+1 < uint64(groups) {
+			sc.end[g+1]++
 		}
 	}
-	for s := 1; s < shards; s++ {
-		sc.end[s] += sc.end[s-1]
+	for g := 1; g < groups; g++ {
+		sc.end[g] += sc.end[g-1]
 	}
 	for i, m := range sc.m {
-		s := m & ix.shardMask
-		sc.order[sc.end[s]] = uint32(i)
-		sc.end[s]++
+		g := groupOf(m, scope, ix.shardMask)
+		sc.order[sc.end[g]] = uint32(i)
+		sc.end[g]++
 	}
+}
+
+// groupOf is the group of a mixed hash m in scope.
+func groupOf(m uint64, scope Scope, mask uint64) uint64 {
+	if scope.n == 0 {
+		return m & mask
+	}
+	return uint64(uint32(m)) * uint64(scope.n) >> 32
 }
 
 func (ix *Index) release(sc *scratch) {

@@ -2,6 +2,7 @@ package prefixindex
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -40,7 +41,7 @@ func intern(t testing.TB, ix *Index, name string) ID {
 
 func depthsOf(ix *Index, hs []Hash, ids ...ID) []int {
 	d := make([]int, len(ids))
-	ix.Depths(hs, ids, d)
+	ix.Depths(Scope{}, hs, ids, d)
 	return d
 }
 
@@ -65,51 +66,65 @@ func checkInvariants(t testing.TB, ix *Index) {
 }
 
 func (s *shard) check(ix *Index, si uint64) error {
-	if s.n > s.limit || len(s.entries) > s.limit+1 || len(s.slots) > s.maxSlots || 4*s.n > 3*len(s.slots) && s.n > 0 {
+	if s.n > s.limit || len(s.entries) > s.limit+sentinels || len(s.slots) > s.maxSlots || 4*s.n > 3*len(s.slots) && s.n > 0 {
 		return fmt.Errorf("bounds: n %d limit %d len(entries) %d slots %d maxSlots %d", s.n, s.limit, len(s.entries), len(s.slots), s.maxSlots)
 	}
 	if s.entries == nil {
-		if s.n != 0 || s.free != 0 {
-			return fmt.Errorf("empty shard with n %d free %d", s.n, s.free)
+		if s.n != 0 || s.nProb != 0 || s.free != 0 {
+			return fmt.Errorf("empty shard with n %d nProb %d free %d", s.n, s.nProb, s.free)
 		}
 		return nil
 	}
-	count := 0
-	for prev, idx := uint32(0), s.entries[0].next; idx != 0; prev, idx = idx, s.entries[idx].next {
-		e := s.entries[idx]
-		if e.prev != prev {
-			return fmt.Errorf("entry %d: prev %d, want %d", idx, e.prev, prev)
+	for _, list := range []struct {
+		head uint32
+		flag uint32
+		want int
+	}{{protHead, 0, s.n - s.nProb}, {probHead, probBit, s.nProb}} {
+		n := 0
+		h := s.entries[list.head]
+		if h.next&probBit != list.flag {
+			return fmt.Errorf("sentinel %d: flag %#x, want %#x", list.head, h.next&probBit, list.flag)
 		}
-		if e.owners == 0 {
-			return fmt.Errorf("entry %d in LRU list has no owner", idx)
-		}
-		seen := map[uint16]bool{}
-		for p := 0; p < MaxOwners; p++ {
-			id := uint16(e.owners >> (16 * p))
-			if id == 0 {
-				if e.owners>>(16*p) != 0 {
-					return fmt.Errorf("entry %d: owners %#x has a gap", idx, e.owners)
+		for prev, idx := list.head, h.next&^probBit; idx != list.head; prev, idx = idx, s.entries[idx].next&^probBit {
+			e := s.entries[idx]
+			if e.prev != prev {
+				return fmt.Errorf("entry %d: prev %d, want %d", idx, e.prev, prev)
+			}
+			if e.next&probBit != list.flag {
+				return fmt.Errorf("entry %d on list %d has flag %#x", idx, list.head, e.next&probBit)
+			}
+			if e.owners == 0 {
+				return fmt.Errorf("entry %d in LRU list has no owner", idx)
+			}
+			seen := map[uint16]bool{}
+			for p := 0; p < MaxOwners; p++ {
+				id := uint16(e.owners >> (16 * p))
+				if id == 0 {
+					if e.owners>>(16*p) != 0 {
+						return fmt.Errorf("entry %d: owners %#x has a gap", idx, e.owners)
+					}
+					break
 				}
-				break
+				if seen[id] {
+					return fmt.Errorf("entry %d: owners %#x repeats %d", idx, e.owners, id)
+				}
+				seen[id] = true
 			}
-			if seen[id] {
-				return fmt.Errorf("entry %d: owners %#x repeats %d", idx, e.owners, id)
+			// (Which shard a key lives in depends on the Scope it was
+			// recorded in, so only the slot table is checked here.)
+			if got := s.lookup(mix(e.key, ix.secret), e.key); got != idx {
+				return fmt.Errorf("lookup(key of entry %d) = %d", idx, got)
 			}
-			seen[id] = true
+			if n++; n > s.n {
+				return fmt.Errorf("LRU list %d longer than n %d", list.head, s.n)
+			}
 		}
-		m := mix(e.key, ix.secret)
-		if m&ix.shardMask != si {
-			return fmt.Errorf("entry %d: key %#x belongs to shard %d", idx, e.key, m&ix.shardMask)
-		}
-		if got := s.lookup(m, e.key); got != idx {
-			return fmt.Errorf("lookup(key of entry %d) = %d", idx, got)
-		}
-		if count++; count > s.n {
-			return fmt.Errorf("LRU list longer than n %d", s.n)
+		if n != list.want {
+			return fmt.Errorf("LRU list %d has %d entries, want %d (n %d, nProb %d)", list.head, n, list.want, s.n, s.nProb)
 		}
 	}
-	if count != s.n {
-		return fmt.Errorf("LRU list has %d entries, n = %d", count, s.n)
+	if s.n-s.nProb > s.protLimit {
+		return fmt.Errorf("%d protected entries, more than protLimit %d", s.n-s.nProb, s.protLimit)
 	}
 	occupied := 0
 	for _, v := range s.slots {
@@ -132,8 +147,8 @@ func (s *shard) check(ix *Index, si uint64) error {
 			return fmt.Errorf("free list cycles")
 		}
 	}
-	if 1+s.n+free != len(s.entries) {
-		return fmt.Errorf("1 + n %d + free %d != len(entries) %d", s.n, free, len(s.entries))
+	if sentinels+s.n+free != len(s.entries) {
+		return fmt.Errorf("sentinels + n %d + free %d != len(entries) %d", s.n, free, len(s.entries))
 	}
 	return nil
 }
@@ -262,7 +277,7 @@ func TestDepths(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/shards=%d", tt.name, shards), func(t *testing.T) {
 				ix := newIndex(t, Config{MaxEntries: 1000, Shards: shards})
 				for _, r := range tt.records {
-					ix.Record(r.hs, intern(t, ix, r.owner))
+					ix.Record(Scope{}, r.hs, intern(t, ix, r.owner))
 				}
 				ids := make([]ID, len(tt.ids))
 				for j, n := range tt.ids {
@@ -270,7 +285,7 @@ func TestDepths(t *testing.T) {
 				}
 				got := make([]int, len(ids)+1)
 				got[len(ids)] = -1 // beyond len(ids): untouched
-				ix.Depths(tt.query, ids, got)
+				ix.Depths(Scope{}, tt.query, ids, got)
 				if !slices.Equal(got[:len(ids)], tt.want) || got[len(ids)] != -1 {
 					t.Errorf("Depths(query[%d], %v) = %v, want %v", len(tt.query), tt.ids, got, append(slices.Clone(tt.want), -1))
 				}
@@ -283,9 +298,9 @@ func TestDepths(t *testing.T) {
 func TestDepthsZeroAndUnknownID(t *testing.T) {
 	ix := newIndex(t, Config{MaxEntries: 100})
 	h := hashes("p", 4)
-	ix.Record(h, intern(t, ix, "A"))
-	ix.Record(h, 0)    // no upstream: ignored
-	ix.Record(h, 4242) // never interned: ignored
+	ix.Record(Scope{}, h, intern(t, ix, "A"))
+	ix.Record(Scope{}, h, 0)    // no upstream: ignored
+	ix.Record(Scope{}, h, 4242) // never interned: ignored
 	if got, want := depthsOf(ix, h, 0, 4242), []int{0, 0}; !slices.Equal(got, want) {
 		t.Errorf("Depths(h, [0 4242]) = %v, want %v", got, want)
 	}
@@ -311,7 +326,7 @@ func TestMaxOwners(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ix := newIndex(t, Config{MaxEntries: 100, Shards: 4})
 			for _, o := range tt.order {
-				ix.Record(h, intern(t, ix, o))
+				ix.Record(Scope{}, h, intern(t, ix, o))
 			}
 			for name, want := range tt.want {
 				if got := depthsOf(ix, h, intern(t, ix, name))[0]; got != want {
@@ -381,7 +396,7 @@ func TestLRU(t *testing.T) {
 				if tt.depths && i == len(tt.records)-1 {
 					depthsOf(ix, h[2:3], a)
 				}
-				ix.Record(r, a)
+				ix.Record(Scope{}, r, a)
 			}
 			for _, i := range tt.present {
 				if got := depthsOf(ix, h[i:i+1], a)[0]; got != 1 {
@@ -410,9 +425,9 @@ func TestForget(t *testing.T) {
 	ix.maxIDs = 3
 	shared, onlyA := hashes("shared", 10), hashes("onlyA", 10)
 	a, b := intern(t, ix, "A"), intern(t, ix, "B")
-	ix.Record(shared, a)
-	ix.Record(shared, b)
-	ix.Record(onlyA, a)
+	ix.Record(Scope{}, shared, a)
+	ix.Record(Scope{}, shared, b)
+	ix.Record(Scope{}, onlyA, a)
 	if got := ix.Stats().Entries; got != 20 {
 		t.Fatalf("Stats().Entries = %d, want 20", got)
 	}
@@ -424,7 +439,7 @@ func TestForget(t *testing.T) {
 	if got := depthsOf(ix, shared, a, b); !slices.Equal(got, []int{0, 10}) {
 		t.Errorf("after Forget(A): Depths(shared, [A B]) = %v, want [0 10]", got)
 	}
-	ix.Record(onlyA, a) // stale ID: ignored
+	ix.Record(Scope{}, onlyA, a) // stale ID: ignored
 	if got := ix.Stats().Entries; got != 10 {
 		t.Errorf("Record with forgotten ID: Stats().Entries = %d, want 10", got)
 	}
@@ -456,7 +471,7 @@ func TestFlush(t *testing.T) {
 	empty := ix.Stats()
 	a := intern(t, ix, "A")
 	h := hashes("p", 500)
-	ix.Record(h, a)
+	ix.Record(Scope{}, h, a)
 	if got := ix.Stats(); got.Entries != 500 || got.Bytes <= empty.Bytes {
 		t.Fatalf("after Record: Stats() = %+v, want 500 entries and more than %d bytes", got, empty.Bytes)
 	}
@@ -471,15 +486,16 @@ func TestFlush(t *testing.T) {
 	if id := intern(t, ix, "A"); id != a {
 		t.Errorf("after Flush: Intern(A) = %d, want %d (names kept)", id, a)
 	}
-	ix.Record(h, a)
+	ix.Record(Scope{}, h, a)
 	if d := depthsOf(ix, h, a)[0]; d != 500 {
 		t.Errorf("after Flush and Record: Depths(h, A) = %d, want 500", d)
 	}
 	checkInvariants(t, ix)
 }
 
-// model is a straightforward reference: one LRU list per shard, a map, and
-// owner slices.
+// model is a straightforward reference: per shard a map of entries, each
+// with its last use, its list (protected or probation) and its owners as a
+// slice; eviction and demotion scan for the least recently used.
 type model struct {
 	ix     *Index
 	shards []map[Hash]*mentry
@@ -489,6 +505,7 @@ type model struct {
 type mentry struct {
 	owners []ID
 	used   int
+	prot   bool
 }
 
 func newModel(ix *Index) *model {
@@ -499,32 +516,68 @@ func newModel(ix *Index) *model {
 	return m
 }
 
-func (m *model) shard(h Hash) int { return int(mix(uint64(h), m.ix.secret) & m.ix.shardMask) }
+// shard is where h lives in scope, computed independently of group.
+func (m *model) shard(sc Scope, h Hash) int {
+	mixed := mix(uint64(h), m.ix.secret)
+	if sc.n == 0 {
+		return int(mixed & m.ix.shardMask)
+	}
+	off := uint64(uint32(mixed)) * uint64(sc.n) >> 32
+	return int((uint64(sc.first) + off) % uint64(len(m.ix.shards)))
+}
 
-func (m *model) record(hs []Hash, owner ID) {
+// oldest returns the least recently used entry of shard s on the list
+// prot, and whether there is one.
+func oldest(s map[Hash]*mentry, prot bool) (Hash, bool) {
+	var (
+		key   Hash
+		found bool
+	)
+	for k, v := range s {
+		if v.prot == prot && (!found || v.used < s[key].used) {
+			key, found = k, true
+		}
+	}
+	return key, found
+}
+
+func (m *model) update(sc Scope, hs []Hash, owner ID, confirm bool) {
 	for i := len(hs) - 1; i >= 0; i-- { // deepest first; every shard sees the same relative order
 		h := hs[i]
-		s := m.shards[m.shard(h)]
+		si := m.shard(sc, h)
+		s, real := m.shards[si], &m.ix.shards[si]
 		m.clock++
 		e, ok := s[h]
 		if !ok {
-			if len(s) == m.ix.shards[m.shard(h)].limit {
-				var oldest Hash
-				for k, v := range s {
-					if _, found := s[oldest]; !found || v.used < s[oldest].used {
-						oldest = k
-					}
+			if len(s) == real.limit {
+				victim, found := oldest(s, false)
+				if !found {
+					victim, _ = oldest(s, true)
 				}
-				delete(s, oldest)
+				delete(s, victim)
 			}
 			e = &mentry{}
 			s[h] = e
 		}
 		e.used = m.clock
+		if confirm && real.protLimit > 0 {
+			e.prot = true
+		}
 		e.owners = slices.DeleteFunc(e.owners, func(id ID) bool { return id == owner })
 		e.owners = append([]ID{owner}, e.owners...)
 		if len(e.owners) > MaxOwners {
 			e.owners = e.owners[:MaxOwners]
+		}
+		prot := 0
+		for _, v := range s {
+			if v.prot {
+				prot++
+			}
+		}
+		if prot > real.protLimit {
+			k, _ := oldest(s, true)
+			m.clock++
+			s[k].prot, s[k].used = false, m.clock
 		}
 	}
 }
@@ -540,9 +593,9 @@ func (m *model) forget(id ID) {
 	}
 }
 
-func (m *model) depth(hs []Hash, id ID) int {
+func (m *model) depth(sc Scope, hs []Hash, id ID) int {
 	for i := len(hs) - 1; i >= 0; i-- {
-		if e, ok := m.shards[m.shard(hs[i])][hs[i]]; ok && slices.Contains(e.owners, id) {
+		if e, ok := m.shards[m.shard(sc, hs[i])][hs[i]]; ok && slices.Contains(e.owners, id) {
 			return i + 1
 		}
 	}
@@ -557,22 +610,36 @@ func (m *model) entries() int {
 	return n
 }
 
-// TestModel runs random operations against the index and the reference
-// model and compares every answer.
+// TestModel runs random operations (records, confirmations, lookups,
+// forgets, in the whole index and in tenants' scopes) against the index
+// and the reference model and compares every answer.
 func TestModel(t *testing.T) {
-	for _, cfg := range []Config{{MaxEntries: 50, Shards: 1}, {MaxEntries: 203, Shards: 4}, {MaxEntries: 5000, Shards: 16}} {
+	for _, cfg := range []Config{
+		{MaxEntries: 50, Shards: 1},
+		{MaxEntries: 203, Shards: 4},
+		{MaxEntries: 5000, Shards: 16},
+		{MaxEntries: 300, Shards: 8, Probation: 0.5},
+		{MaxEntries: 64, Shards: 2, Probation: 1},
+	} {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, uint64(cfg.MaxEntries)))
 			ix := newIndex(t, cfg)
 			m := newModel(ix)
 			names := []string{"a", "b", "c", "d", "e", "f"}
-			families := make([][]Hash, 20)
-			for i := range families {
-				families[i] = hashes(fmt.Sprint("fam", i), 64)
+			type family struct {
+				hs    []Hash
+				scope Scope
 			}
-			for step := range 3000 {
+			families := make([]family, 20)
+			for i := range families {
+				families[i].hs = hashes(fmt.Sprint("fam", i), 64)
+				if i%2 == 1 { // every other family is a tenant's
+					families[i].scope = ix.Scope(uint64(i)*0x9e3779b97f4a7c15, 0.25)
+				}
+			}
+			for step := range 4000 {
 				fam := families[r.IntN(len(families))]
-				hs := fam[:r.IntN(len(fam)+1)]
+				hs := fam.hs[:r.IntN(len(fam.hs)+1)]
 				switch op := r.IntN(100); {
 				case op < 2:
 					n := names[r.IntN(len(names))]
@@ -580,18 +647,23 @@ func TestModel(t *testing.T) {
 						ix.Forget(n)
 						m.forget(id)
 					}
+				case op < 35:
+					id := intern(t, ix, names[r.IntN(len(names))])
+					ix.Record(fam.scope, hs, id)
+					m.update(fam.scope, hs, id, false)
 				case op < 50:
 					id := intern(t, ix, names[r.IntN(len(names))])
-					ix.Record(hs, id)
-					m.record(hs, id)
+					ix.Confirm(fam.scope, hs, id)
+					m.update(fam.scope, hs, id, true)
 				default:
 					ids := make([]ID, 3)
 					for j := range ids {
 						ids[j] = intern(t, ix, names[r.IntN(len(names))])
 					}
-					got := depthsOf(ix, hs, ids...)
+					got := make([]int, len(ids))
+					ix.Depths(fam.scope, hs, ids, got)
 					for j, id := range ids {
-						if want := m.depth(hs, id); got[j] != want {
+						if want := m.depth(fam.scope, hs, id); got[j] != want {
 							t.Fatalf("step %d: Depths(hs[%d], %v)[%d] = %d, want %d", step, len(hs), ids, j, got[j], want)
 						}
 					}
@@ -615,20 +687,25 @@ func TestAllocs(t *testing.T) {
 	ix := newIndex(t, Config{MaxEntries: 4096, Shards: 16})
 	a, b := intern(t, ix, "10.0.0.1:8000"), intern(t, ix, "10.0.0.2:8000")
 	warm := hashes("warm", 512)
-	ix.Record(warm, a)
+	ix.Record(Scope{}, warm, a)
 	ids := []ID{a, b}
 	depths := make([]int, len(ids))
 	fresh := hashes("fresh", 1<<16)
+	tenant := ix.Scope(0x1234567, 0.25)
 	i := 0
 	tests := []struct {
 		name string
 		fn   func()
 	}{
 		{"Intern known", func() { _, _ = ix.Intern("10.0.0.1:8000") }},
-		{"Depths warm", func() { ix.Depths(warm, ids, depths) }},
-		{"Depths cold", func() { ix.Depths(fresh[:512], ids, depths) }},
-		{"Record refresh", func() { ix.Record(warm, b) }},
-		{"Record evicting", func() { ix.Record(fresh[i%len(fresh):][:256], a); i += 256 }},
+		{"Depths warm", func() { ix.Depths(Scope{}, warm, ids, depths) }},
+		{"Depths cold", func() { ix.Depths(Scope{}, fresh[:512], ids, depths) }},
+		{"Record refresh", func() { ix.Record(Scope{}, warm, b) }},
+		{"Record evicting", func() { ix.Record(Scope{}, fresh[i%len(fresh):][:256], a); i += 256 }},
+		{"Confirm evicting", func() { ix.Confirm(Scope{}, fresh[i%len(fresh):][:256], b); i += 256 }},
+		{"Depths in scope", func() { ix.Depths(tenant, warm, ids, depths) }},
+		{"Record in scope", func() { ix.Record(tenant, fresh[i%len(fresh):][:256], a); i += 256 }},
+		{"Scope", func() { _ = ix.Scope(uint64(i)|1, 0.25); i++ }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -682,4 +759,153 @@ func TestInternAll(t *testing.T) {
 	if err == nil || got[0] == 0 || got[1] == 0 || got[2] != 0 || got[3] != got[0] {
 		t.Errorf("InternAll with 2 IDs for 3 names = %v, %v; want two IDs, 0, the first again, and an error", got, err)
 	}
+}
+
+// TestUnconfirmedCannotEvictConfirmed: a flood of records that are never
+// confirmed (requests the engines reject) evicts only other unconfirmed
+// entries; what was confirmed stays, while an unconfirmed prefix of the
+// same size, the control, is flooded out.
+func TestUnconfirmedCannotEvictConfirmed(t *testing.T) {
+	for _, probation := range []float64{0, 0.1, 0.5} {
+		t.Run(fmt.Sprint(probation), func(t *testing.T) {
+			ix := newIndex(t, Config{MaxEntries: 4096, Shards: 4, Probation: probation})
+			a, b := intern(t, ix, "a"), intern(t, ix, "b")
+			// Within the protected share of every shard (2048 of 4096
+			// entries with probation 0.5, spread over 4 shards).
+			confirmed := hashes("confirmed", 1000)
+			control := hashes("control", 200)
+			ix.Confirm(Scope{}, confirmed, a)
+			ix.Record(Scope{}, control, a)
+			flood := hashes("flood", 100_000)
+			for i := 0; i < len(flood); i += 512 {
+				ix.Record(Scope{}, flood[i:min(i+512, len(flood))], b)
+			}
+			if d := depthsOf(ix, confirmed, a)[0]; d != len(confirmed) {
+				t.Errorf("after the flood: Depths(confirmed, a) = %d, want %d", d, len(confirmed))
+			}
+			if d := depthsOf(ix, control, a)[0]; d != 0 {
+				t.Errorf("after the flood: Depths(control, a) = %d, want 0 (unconfirmed entries are flooded out)", d)
+			}
+			checkInvariants(t, ix)
+		})
+	}
+}
+
+// TestConfirmDemotes: the protected list stays within its share; the least
+// recently confirmed entries beyond it go back to probation (still found),
+// where unconfirmed traffic can evict them.
+func TestConfirmDemotes(t *testing.T) {
+	ix := newIndex(t, Config{MaxEntries: 100, Shards: 1, Probation: 0.25})
+	a := intern(t, ix, "a")
+	old, recent := hashes("old", 50), hashes("recent", 75)
+	ix.Confirm(Scope{}, old, a)
+	ix.Confirm(Scope{}, recent, a)
+	s := &ix.shards[0]
+	if got, want := s.n-s.nProb, 75; got != want {
+		t.Fatalf("protected entries = %d, want %d (the protected share)", got, want)
+	}
+	if d := depthsOf(ix, old, a)[0]; d != 25 {
+		t.Errorf("Depths(old) = %d, want 25 (the demoted tail of old still holds)", d)
+	}
+	ix.Record(Scope{}, hashes("flood", 1000), a)
+	if d := depthsOf(ix, recent, a)[0]; d != len(recent) {
+		t.Errorf("after a flood: Depths(recent) = %d, want %d", d, len(recent))
+	}
+	if d := depthsOf(ix, old, a)[0]; d != 0 {
+		t.Errorf("after a flood: Depths(old) = %d, want 0 (demoted entries are evictable)", d)
+	}
+	checkInvariants(t, ix)
+}
+
+// TestScope: a tenant's scope is ceil(share x shards) shards, the same for
+// the same key, the whole index for no tenant or a share of 1, and spread
+// over the shards for different keys.
+func TestScope(t *testing.T) {
+	ix := newIndex(t, Config{MaxEntries: 1 << 12, Shards: 16})
+	tests := []struct {
+		key       uint64
+		share     float64
+		wantShare float64
+	}{
+		{0, 0.25, 1},
+		{42, 1, 1},
+		{42, 2, 1},
+		{42, math.NaN(), 1},
+		{42, 0.25, 0.25},
+		{42, 0.2, 0.25},
+		{42, 0.01, 1.0 / 16},
+		{42, 0, 1.0 / 16},
+		{42, 0.99, 1},
+	}
+	for _, tt := range tests {
+		sc := ix.Scope(tt.key, tt.share)
+		if got := ix.Share(sc); got != tt.wantShare {
+			t.Errorf("Share(Scope(%d, %v)) = %v, want %v", tt.key, tt.share, got, tt.wantShare)
+		}
+		if again := ix.Scope(tt.key, tt.share); again != sc {
+			t.Errorf("Scope(%d, %v) = %+v, then %+v", tt.key, tt.share, sc, again)
+		}
+	}
+	firsts := map[uint32]bool{}
+	for key := range uint64(200) {
+		firsts[ix.Scope(key*0x9e3779b97f4a7c15+1, 0.25).first] = true
+	}
+	if len(firsts) != 16 {
+		t.Errorf("200 tenants start at %d of 16 shards, want all", len(firsts))
+	}
+}
+
+// TestScopeBoundsTenantDamage: a tenant confirming a flood of unique
+// prompts evicts entries only in the shards of its scope; every other
+// tenant's entries elsewhere survive, and the flooding tenant holds at most
+// its share of the index.
+func TestScopeBoundsTenantDamage(t *testing.T) {
+	ix := newIndex(t, Config{MaxEntries: 1 << 14, Shards: 16})
+	a := intern(t, ix, "a")
+	attacker := ix.Scope(7, 0.25)
+	inAttacker := map[int]bool{}
+	for g := range int(attacker.n) {
+		inAttacker[int((uint64(attacker.first)+uint64(g))&ix.shardMask)] = true
+	}
+	m := newModel(ix) // for where hashes live
+	type victim struct {
+		scope Scope
+		hs    []Hash
+	}
+	var victims []victim
+	for key := uint64(100); key < 140; key++ {
+		v := victim{ix.Scope(key*0x9e3779b97f4a7c15, 0.25), hashes(fmt.Sprint("victim", key), 16)}
+		ix.Confirm(v.scope, v.hs, a)
+		victims = append(victims, v)
+	}
+	flood := hashes("flood", 200_000)
+	for i := 0; i < len(flood); i += 1024 {
+		ix.Confirm(attacker, flood[i:min(i+1024, len(flood))], a)
+	}
+	var spared, lost int
+	for _, v := range victims {
+		for _, h := range v.hs {
+			if inAttacker[m.shard(v.scope, h)] {
+				continue // may be evicted: the shard is shared
+			}
+			d := make([]int, 1)
+			ix.Depths(v.scope, []Hash{h}, []ID{a}, d)
+			if d[0] == 1 {
+				spared++
+			} else {
+				lost++
+			}
+		}
+	}
+	if lost != 0 || spared == 0 {
+		t.Errorf("victims' entries outside the attacker's shards: %d lost, %d kept; want 0 lost", lost, spared)
+	}
+	held := 0
+	for si := range inAttacker {
+		held += ix.shards[si].n
+	}
+	if limit := int(ix.Share(attacker) * float64(ix.capacity)); held > limit {
+		t.Errorf("the attacker's shards hold %d entries, more than its share %d", held, limit)
+	}
+	checkInvariants(t, ix)
 }

@@ -25,7 +25,7 @@ func fill(ix *Index, n int, ids []ID) {
 		for k := range buf {
 			buf[k] = Hash(xxh3.HashSeed(nil, uint64(i+k)))
 		}
-		ix.Record(buf[:min(len(buf), n-i)], ids[(i/len(buf))%len(ids)])
+		ix.Record(Scope{}, buf[:min(len(buf), n-i)], ids[(i/len(buf))%len(ids)])
 	}
 }
 
@@ -97,7 +97,7 @@ func TestLazyAllocation(t *testing.T) {
 	if b := ix.Stats().Bytes; b > 32<<10 {
 		t.Errorf("New(MaxEntries 1<<24).Stats().Bytes = %d, want <= 32 KiB before any Record", b)
 	}
-	ix.Record(hashes("x", 10), intern(t, ix, "A"))
+	ix.Record(Scope{}, hashes("x", 10), intern(t, ix, "A"))
 	if b := ix.Stats().Bytes; b > 64<<10 {
 		t.Errorf("after one Record of 10 hashes: Stats().Bytes = %d, want <= 64 KiB", b)
 	}

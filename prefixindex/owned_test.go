@@ -17,8 +17,8 @@ func TestOwned(t *testing.T) {
 		}
 		return hs
 	}
-	ix.Record(hashes(0, 10), a)
-	ix.Record(hashes(5, 10), b) // shares 5 entries with a
+	ix.Record(Scope{}, hashes(0, 10), a)
+	ix.Record(Scope{}, hashes(5, 10), b) // shares 5 entries with a
 	got := ix.Owned()
 	want := map[string]int{"a:1": 10, "b:1": 10, "c:1": 0}
 	for name, n := range want {

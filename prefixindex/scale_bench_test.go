@@ -94,14 +94,14 @@ func BenchmarkEntries(b *testing.B) {
 		si := getScaleIndex(n)
 		ix, ids := si.ix, si.ids
 		warm := hashes(fmt.Sprint("entries-warm", n), chunks)
-		ix.Record(warm, ids[2])
+		ix.Record(Scope{}, warm, ids[2])
 		b.Run(fmt.Sprintf("warm/entries=%s", entriesName(n)), func(b *testing.B) {
 			depths := make([]int, len(ids))
 			b.ReportAllocs()
 			clk := cputime.Start()
 			for b.Loop() {
-				ix.Depths(warm, ids, depths)
-				ix.Record(warm, ids[2])
+				ix.Depths(Scope{}, warm, ids, depths)
+				ix.Record(Scope{}, warm, ids[2])
 			}
 			clk.Report(b)
 			if depths[2] != chunks {
@@ -129,9 +129,9 @@ func BenchmarkEntries(b *testing.B) {
 					for k := range hs {
 						hs[k] = Hash(xxh3.HashSeed(nil, 128*j+uint64(k)))
 					}
-					ix.Depths(hs, ids, depths)
+					ix.Depths(Scope{}, hs, ids, depths)
 					if record {
-						ix.Record(hs, ids[j%uint64(len(ids))])
+						ix.Record(Scope{}, hs, ids[j%uint64(len(ids))])
 					}
 				}
 				clk.Report(b)
@@ -149,8 +149,8 @@ func BenchmarkEntries(b *testing.B) {
 					next++
 					hs[k] = Hash(next * 0x9e3779b97f4a7c15)
 				}
-				ix.Depths(hs, ids, depths)
-				ix.Record(hs, ids[int(next)%len(ids)])
+				ix.Depths(Scope{}, hs, ids, depths)
+				ix.Record(Scope{}, hs, ids[int(next)%len(ids)])
 			}
 			clk.Report(b)
 			b.ReportMetric(si.perEntry, "B/entry")
@@ -177,8 +177,8 @@ func BenchmarkEntriesParallel(b *testing.B) {
 				g.Unlock()
 				depths := make([]int, len(ids))
 				for pb.Next() {
-					ix.Depths(warm, ids, depths)
-					ix.Record(warm, owner)
+					ix.Depths(Scope{}, warm, ids, depths)
+					ix.Record(Scope{}, warm, owner)
 				}
 			})
 		})
@@ -202,9 +202,9 @@ func BenchmarkDepthsCandidates(b *testing.B) {
 	}
 	warm := hashes("candidates-warm", chunks)
 	for _, k := range []int{1, 2, 3} {
-		ix.Record(warm[:chunks/4], all[k])
+		ix.Record(Scope{}, warm[:chunks/4], all[k])
 	}
-	ix.Record(warm, all[0])
+	ix.Record(Scope{}, warm, all[0])
 	cold := hashes("candidates-cold", chunks)
 	for _, kind := range []string{"warm", "cold"} {
 		hs := warm
@@ -218,7 +218,7 @@ func BenchmarkDepthsCandidates(b *testing.B) {
 				b.ReportAllocs()
 				clk := cputime.Start()
 				for b.Loop() {
-					ix.Depths(hs, ids, depths)
+					ix.Depths(Scope{}, hs, ids, depths)
 				}
 				clk.Report(b)
 			})

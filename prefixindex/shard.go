@@ -7,14 +7,17 @@ import (
 	"unsafe"
 )
 
-// A shard is one lock's worth of the index: a bounded LRU map from chunk hash
+// A shard is one lock's worth of the index: a bounded map from chunk hash
 // to owners, in two flat arrays and no pointers, so the garbage collector
 // never scans it and an entry costs 24 bytes plus its share of the slot table.
 //
-//   - entries holds the entries. entries[0] is the sentinel of a circular,
-//     index-linked LRU list: entries[0].next is the most recently recorded
-//     entry, entries[0].prev the least. A free entry has owners == 0 and is
-//     linked into the free list through next.
+//   - entries holds the entries. entries[0] and entries[1] are the
+//     sentinels of two circular, index-linked LRU lists (a segmented LRU):
+//     the protected list (entries[0]) of entries a confirmed answer vouched
+//     for, and the probation list (entries[1]) of entries only recorded so
+//     far. A sentinel's next is its list's most recently used entry, its prev
+//     the least. An entry's list is the probBit of its next link. A free
+//     entry has owners == 0 and is linked into the free list through next.
 //   - slots is an open-addressed, linearly probed table (power-of-two length,
 //     load at most 3/4, backward-shift deletion, so no tombstones). A slot is
 //     0 when empty, else tag | index, where tag is the high 32 bits of the
@@ -22,7 +25,14 @@ import (
 //     touching the entry, and filters probes so that a miss rarely reads
 //     entries at all.
 //
-// Both arrays start small and double on demand, up to limit+1 entries and
+// Record puts new entries on probation; Confirm moves them (or creates them)
+// on the protected list, which holds at most protLimit entries: beyond it,
+// its least recent entry is demoted to probation. When the shard is full, a
+// new entry evicts the least recent probation entry, which exists whenever
+// the shard is full and protLimit < limit, so unconfirmed records can never
+// evict a protected entry.
+//
+// Both arrays start small and double on demand, up to limit+2 entries and
 // maxSlots slots, so an idle index costs almost nothing and a full one never
 // exceeds its bound.
 type shard struct {
@@ -36,7 +46,9 @@ type shardState struct {
 	slots     []uint64
 	free      uint32 // head of the free list, 0 if empty
 	n         int    // live entries
+	nProb     int    // live entries on probation
 	limit     int    // most live entries
+	protLimit int    // most entries on the protected list
 	maxSlots  int    // slot table length that holds limit entries at load <= 3/4
 	secret    uint64 // mixing key, the same for every shard of an index
 	evictions uint64
@@ -56,8 +68,12 @@ const (
 	shardSize = int64(unsafe.Sizeof(shard{}))
 
 	tagMask      = uint64(1<<64 - 1<<32)
-	initialSlots = 64 // first table, 512 bytes
-	initialCap   = 48 // first entries array: 3/4 of initialSlots
+	protHead     = 0       // sentinel of the protected list
+	probHead     = 1       // sentinel of the probation list
+	sentinels    = 2       // entries before the first real one
+	probBit      = 1 << 31 // in entry.next: the entry is on probation
+	initialSlots = 64      // first table, 512 bytes
+	initialCap   = 48      // first entries array: 3/4 of initialSlots
 	sweepBatch   = 4096
 )
 
@@ -68,9 +84,11 @@ func maxSlotsFor(limit int) int {
 	return 1 << bits.Len(uint(need-1))
 }
 
-// init sets the bound of an empty shard.
-func (s *shard) init(limit int, secret uint64) {
+// init sets the bounds of an empty shard: limit entries, of which at most
+// protLimit on the protected list.
+func (s *shard) init(limit, protLimit int, secret uint64) {
 	s.limit = limit
+	s.protLimit = protLimit
 	s.secret = secret
 	s.maxSlots = maxSlotsFor(limit)
 }
@@ -86,6 +104,7 @@ func (s *shard) reset() {
 	s.slots = nil
 	s.free = 0
 	s.n = 0
+	s.nProb = 0
 }
 
 // lookup returns the index of key's entry, or 0. m is mix(key).
@@ -116,39 +135,98 @@ func (s *shard) owners(m, key uint64) uint64 {
 	return 0
 }
 
-// record makes owner the most recent owner of key, and key's entry the most
-// recently used, creating it (and evicting the least recently used entry if
-// the shard is full) if needed.
+// record makes owner the most recent owner of key and key's entry the most
+// recently used of its list, creating it on probation (and evicting the
+// least recently used probation entry if the shard is full) if needed.
 func (s *shard) record(m, key uint64, owner uint16) {
 	if idx := s.lookup(m, key); idx != 0 {
 		e := &s.entries[idx]
 		e.owners = pushOwner(e.owners, owner)
+		head := uint32(protHead)
+		if e.next&probBit != 0 {
+			head = probHead
+		}
 		s.unlink(idx)
-		s.pushFront(idx)
+		s.pushFront(head, idx)
 		return
 	}
+	s.insert(m, key, owner, probHead)
+}
+
+// confirm makes owner the most recent owner of key and key's entry the most
+// recently used protected entry, promoting it from probation or creating it
+// if needed, and demotes the least recent protected entry to probation if
+// the protected list is then over its bound.
+func (s *shard) confirm(m, key uint64, owner uint16) {
+	idx := s.lookup(m, key)
+	if idx == 0 {
+		if s.protLimit == 0 {
+			s.insert(m, key, owner, probHead)
+			return
+		}
+		s.insert(m, key, owner, protHead)
+	} else {
+		e := &s.entries[idx]
+		e.owners = pushOwner(e.owners, owner)
+		if e.next&probBit == 0 {
+			s.unlink(idx)
+			s.pushFront(protHead, idx)
+			return
+		}
+		if s.protLimit == 0 {
+			s.unlink(idx)
+			s.pushFront(probHead, idx)
+			return
+		}
+		s.unlink(idx)
+		s.nProb--
+		s.pushFront(protHead, idx)
+	}
+	if s.n-s.nProb > s.protLimit {
+		last := s.entries[protHead].prev
+		s.unlink(last)
+		s.pushFront(probHead, last)
+		s.nProb++
+	}
+}
+
+// insert creates key's entry, owned by owner, at the front of the list of
+// head, evicting the least recently used probation entry (or, with none,
+// the least recently used protected one) if the shard is full.
+func (s *shard) insert(m, key uint64, owner uint16, head uint32) {
 	var idx uint32
 	if s.n >= s.limit {
-		idx = s.entries[0].prev
+		victim := uint32(probHead)
+		if s.nProb == 0 {
+			victim = protHead
+		}
+		idx = s.entries[victim].prev
 		s.slotDelete(mix(s.entries[idx].key, s.secret), idx)
 		s.unlink(idx)
 		s.n--
+		if victim == probHead {
+			s.nProb--
+		}
 		s.evictions++
 	} else {
 		idx = s.alloc()
 	}
 	s.entries[idx] = entry{key: key, owners: uint64(owner)}
-	s.pushFront(idx)
+	s.pushFront(head, idx)
 	s.slotInsert(m, idx)
 	s.n++
+	if head == probHead {
+		s.nProb++
+	}
 }
 
 // alloc returns a free entry index, growing the arrays if needed. The shard
 // must have room: s.n < s.limit.
 func (s *shard) alloc() uint32 {
 	if s.entries == nil {
-		s.entries = growEntries(nil, min(initialCap, s.limit+1))
-		s.entries = s.entries[:1]
+		s.entries = growEntries(nil, min(initialCap, s.limit+sentinels))
+		s.entries = s.entries[:sentinels]
+		s.entries[probHead] = entry{prev: probHead, next: probHead | probBit}
 		s.slots = make([]uint64, min(initialSlots, s.maxSlots))
 	}
 	if 4*(s.n+1) > 3*len(s.slots) {
@@ -159,7 +237,7 @@ func (s *shard) alloc() uint32 {
 		return idx
 	}
 	if len(s.entries) == cap(s.entries) {
-		s.entries = growEntries(s.entries, min(2*cap(s.entries), s.limit+1))
+		s.entries = growEntries(s.entries, min(2*cap(s.entries), s.limit+sentinels))
 	}
 	s.entries = s.entries[:len(s.entries)+1]
 	return uint32(len(s.entries) - 1)
@@ -168,7 +246,7 @@ func (s *shard) alloc() uint32 {
 // growEntries returns a copy of entries with capacity for at least n. The
 // capacity is rounded up to what the allocator hands out anyway (its size
 // class, or whole pages for a large array), so that cap, and so Stats().Bytes,
-// is what the heap holds. Entries beyond limit+1 are never used.
+// is what the heap holds. Entries beyond limit+2 are never used.
 func growEntries(entries []entry, n int) []entry {
 	return append(slices.Grow([]entry(nil), n), entries...)
 }
@@ -230,6 +308,9 @@ func (s *shard) slotDelete(m uint64, idx uint32) {
 
 // remove frees entry idx. s.mu must be held.
 func (s *shard) remove(idx uint32, m uint64) {
+	if s.entries[idx].next&probBit != 0 {
+		s.nProb--
+	}
 	s.slotDelete(m, idx)
 	s.unlink(idx)
 	s.entries[idx] = entry{next: s.free}
@@ -237,18 +318,25 @@ func (s *shard) remove(idx uint32, m uint64) {
 	s.n--
 }
 
+// unlink takes idx out of its list; its own links are left as they were.
 func (s *shard) unlink(idx uint32) {
 	e := &s.entries[idx]
-	s.entries[e.prev].next = e.next
-	s.entries[e.next].prev = e.prev
+	prev, next := e.prev, e.next&^probBit
+	p := &s.entries[prev]
+	p.next = p.next&probBit | next
+	s.entries[next].prev = prev
 }
 
-func (s *shard) pushFront(idx uint32) {
-	head := s.entries[0].next
-	s.entries[idx].prev = 0
-	s.entries[idx].next = head
-	s.entries[head].prev = idx
-	s.entries[0].next = idx
+// pushFront makes idx the most recently used entry of the list whose
+// sentinel is head.
+func (s *shard) pushFront(head, idx uint32) {
+	h := &s.entries[head]
+	first := h.next &^ probBit
+	flag := h.next & probBit
+	s.entries[idx].prev = head
+	s.entries[idx].next = first | flag
+	s.entries[first].prev = idx
+	h.next = flag | idx
 }
 
 // forget removes owner id from every entry, freeing entries left without an
@@ -257,7 +345,7 @@ func (s *shard) pushFront(idx uint32) {
 // entries cannot gain id meanwhile: the caller marked id dead before the
 // first batch, and record checks that under the same lock.
 func (s *shard) forget(id uint16) {
-	for pos := 1; ; pos += sweepBatch {
+	for pos := sentinels; ; pos += sweepBatch {
 		s.mu.Lock()
 		end := min(len(s.entries), pos+sweepBatch)
 		for idx := pos; idx < end; idx++ {
