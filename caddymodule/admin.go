@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 func init() {
@@ -21,17 +23,27 @@ func init() {
 // AdminAPI serves the prefix_cache policies' state on Caddy's admin
 // listener (never on a site), under /prefix_cache/:
 //
-//	GET  /prefix_cache/stats              every policy instance: its options, index and upstreams
-//	POST /prefix_cache/dry_run[?instance=N] the body of an LLM request in, the upstream each
-//	                                      instance would choose and why out; nothing is recorded
-//	POST /prefix_cache/flush[?instance=N] forget what the index learned, e.g. after the
-//	                                      engines were restarted and their caches are empty
+//	GET  /prefix_cache/stats                 every policy instance: its options, index and upstreams
+//	POST /prefix_cache/dry_run[?instance=N]  the body of an LLM request in, the upstream each
+//	                                         instance would choose and why out; nothing is recorded
+//	POST /prefix_cache/flush[?instance=N]    forget what the index learned, e.g. after the
+//	                                         engines were restarted and their caches are empty
+//	POST /prefix_cache/forget?upstream=DIAL[&instance=N]
+//	                                         forget what one upstream was believed to hold, e.g.
+//	                                         after that engine restarted
 //
-// Instances are numbered in the order their configs provisioned them.
+// Each instance has a number no other instance of the process had before
+// (stats lists them), so ?instance=N names the same policy while an old
+// and a new config overlap during a reload.
+//
+// stats is read-only; dry_run reads a prompt and answers whether its prefix
+// is cached, an exact prefix-membership oracle: keep the admin listener
+// local (Caddy's default) or give remote operators only GET on stats with
+// Caddy's remote admin access control.
 type AdminAPI struct{}
 
 // maxDryRunBody bounds the body a dry run reads; each instance then applies
-// its own max_body, as it would on a site.
+// its own max_body, as it would on a site. A larger body is refused.
 const maxDryRunBody = 64 << 20
 
 // CaddyModule returns the Caddy module information.
@@ -48,26 +60,41 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/prefix_cache/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
 		{Pattern: "/prefix_cache/dry_run", Handler: caddy.AdminHandlerFunc(a.dryRun)},
 		{Pattern: "/prefix_cache/flush", Handler: caddy.AdminHandlerFunc(a.flush)},
+		{Pattern: "/prefix_cache/forget", Handler: caddy.AdminHandlerFunc(a.forget)},
 	}
 }
 
 type instanceStats struct {
-	Instance      int     `json:"instance"`
+	Instance      uint64  `json:"instance"`
 	Index         string  `json:"index"`
 	ChunkSize     int     `json:"chunk_size"`
+	MaxChunks     int     `json:"max_chunks"`
 	MaxEntries    int     `json:"max_entries"`
+	MaxBody       int64   `json:"max_body"`
+	BodyBudget    int64   `json:"body_budget"`
 	LoadFactor    float64 `json:"load_factor"`
 	LoadAllowance int     `json:"load_allowance"`
 	// LoadAllowanceBytes is load_allowance_bytes; 0 when the byte bound is off.
-	LoadAllowanceBytes int64   `json:"load_allowance_bytes"`
-	MinMatch           int     `json:"min_match"`
-	MinMatchRatio      float64 `json:"min_match_ratio"`
+	LoadAllowanceBytes int64 `json:"load_allowance_bytes"`
+	// ColdLoadFactor is cold_load_factor; 0 when the cold bound is off.
+	ColdLoadFactor float64 `json:"cold_load_factor"`
+	MinMatch       int     `json:"min_match"`
+	MinMatchRatio  float64 `json:"min_match_ratio"`
 	// PrefillRate is prefill_rate; 0 when the backlog is off.
-	PrefillRate int64           `json:"prefill_rate"`
-	Entries     int             `json:"entries"`
-	Bytes       int64           `json:"bytes"`
-	Evictions   uint64          `json:"evictions"`
-	Upstreams   []upstreamStats `json:"upstreams"`
+	PrefillRate int64 `json:"prefill_rate"`
+	// Tenant is the tenant placeholder as configured (never a value).
+	Tenant           string  `json:"tenant"`
+	TenantShare      float64 `json:"tenant_share"`
+	AllowEmptyTenant bool    `json:"allow_empty_tenant"`
+	ForgetAfter      string  `json:"forget_after"`
+	Fallback         string  `json:"fallback"`
+	// BodyKeptForRetries says whether bodies are held after they were
+	// sent, because the handler retries with lb_retry_match.
+	BodyKeptForRetries bool            `json:"body_kept_for_retries"`
+	Entries            int             `json:"entries"`
+	Bytes              int64           `json:"bytes"`
+	Evictions          uint64          `json:"evictions"`
+	Upstreams          []upstreamStats `json:"upstreams"`
 	// Indexed holds every upstream the index knows, with the entries it
 	// owns; one that left every pool stays until forget_after.
 	Indexed map[string]int `json:"indexed_upstreams"`
@@ -92,20 +119,24 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 		return methodNotAllowed(r, http.MethodGet)
 	}
 	var out []instanceStats
-	for i, s := range listInstances() {
+	for _, s := range listInstances() {
 		st := s.state.index.Stats()
 		owned := s.state.index.Owned()
 		is := instanceStats{
-			Instance: i, Index: s.state.key,
-			ChunkSize: s.ChunkSize, MaxEntries: s.MaxEntries,
+			Instance: s.id, Index: s.state.key,
+			ChunkSize: s.ChunkSize, MaxChunks: s.MaxChunks, MaxEntries: s.MaxEntries,
+			MaxBody: s.MaxBody, BodyBudget: s.BodyBudget,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
-			LoadAllowanceBytes: *s.LoadAllowanceBytes, MinMatchRatio: *s.MinMatchRatio,
-			PrefillRate: *s.PrefillRate,
-			Entries:     st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
+			LoadAllowanceBytes: *s.LoadAllowanceBytes, ColdLoadFactor: *s.ColdLoadFactor,
+			MinMatchRatio: *s.MinMatchRatio, PrefillRate: *s.PrefillRate,
+			Tenant: s.Tenant, TenantShare: *s.TenantShare, AllowEmptyTenant: s.AllowEmptyTenant,
+			ForgetAfter: time.Duration(s.ForgetAfter).String(), Fallback: s.fallbackName,
+			BodyKeptForRetries: s.reuse.retryAfterRead || !s.reuse.known,
+			Entries:            st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
 		}
 		if pool := s.lastPool.Load(); pool != nil {
-			tab := s.upstreams.table(s.state.index, *pool)
+			tab := s.upstreams.peek(s.state.index, *pool)
 			now := time.Now().UnixNano()
 			for i, u := range *pool {
 				us := upstreamStats{
@@ -125,7 +156,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 }
 
 type dryRunResult struct {
-	Instance     int    `json:"instance"`
+	Instance     uint64 `json:"instance"`
 	Routed       bool   `json:"routed"`
 	Skip         string `json:"skip,omitempty"`
 	Error        string `json:"error,omitempty"`
@@ -152,9 +183,12 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxDryRunBody))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxDryRunBody+1))
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("reading body: %w", err)}
+	}
+	if len(body) > maxDryRunBody {
+		return caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: fmt.Errorf("a dry run reads at most %d bytes", maxDryRunBody)}
 	}
 	var out []dryRunResult
 	for _, t := range targets {
@@ -165,9 +199,12 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
 		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), nil, nil)
-		p := s.route(req)
+		p, v := s.route(req)
 		res := dryRunResult{Instance: t.n, Skip: p.skip.String()}
-		if p.skip != skipNone {
+		if v != nil && v.skip != skipNone {
+			res.Skip = v.skip.String()
+		}
+		if v == nil || v.skip != skipNone {
 			out = append(out, res)
 			continue
 		}
@@ -177,9 +214,9 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, res)
 			continue
 		}
-		chosen, d := s.choose(*pool, p, false)
+		chosen, d, _ := s.choose(*pool, v, false)
 		if chosen == nil {
-			res.Error = "no upstream is available"
+			res.Error = "no upstream is available and known to the index"
 			out = append(out, res)
 			continue
 		}
@@ -210,8 +247,47 @@ func (a *AdminAPI) flush(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, map[string]any{"flushed_indexes": len(flushed)})
 }
 
+// forget forgets one upstream in the indexes of the named instances (all
+// by default), as the janitor does after forget_after: its entries go,
+// its ID is freed, and it is interned afresh when next routed to.
+func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, http.MethodPost)
+	}
+	dial := r.URL.Query().Get("upstream")
+	if dial == "" {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("upstream is required, e.g. ?upstream=10.0.0.11:8000")}
+	}
+	targets, err := selectInstances(r)
+	if err != nil {
+		return err
+	}
+	done := map[*sharedState]bool{}
+	entries := 0
+	for _, t := range targets {
+		st := t.s.state
+		if done[st] {
+			continue
+		}
+		done[st] = true
+		if _, known := st.index.ID(dial); !known {
+			continue
+		}
+		entries += st.index.Owned()[dial]
+		st.index.Forget(dial)
+	}
+	for _, t := range targets {
+		t.s.upstreams.invalidate()
+	}
+	if entries > 0 {
+		caddy.Log().Named("prefix_cache").Info("forgot an upstream on request of the admin API",
+			zap.String("upstream", dial), zap.Int("entries", entries))
+	}
+	return writeJSON(w, map[string]any{"upstream": dial, "forgotten_entries": entries})
+}
+
 type numbered struct {
-	n int
+	n uint64
 	s *PrefixCacheSelection
 }
 
@@ -223,18 +299,20 @@ func selectInstances(r *http.Request) ([]numbered, error) {
 		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no prefix_cache policy is configured")}
 	}
 	v := r.URL.Query().Get("instance")
-	if v == "" {
-		out := make([]numbered, len(all))
-		for i, s := range all {
-			out[i] = numbered{i, s}
+	var out []numbered
+	for _, s := range all {
+		if v == "" || v == strconv.FormatUint(s.id, 10) {
+			out = append(out, numbered{s.id, s})
 		}
-		return out, nil
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n >= len(all) {
-		return nil, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("instance must be 0 to %d, got %q", len(all)-1, v)}
+	if len(out) == 0 {
+		ids := make([]string, len(all))
+		for i, s := range all {
+			ids[i] = strconv.FormatUint(s.id, 10)
+		}
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no instance %q; running instances: %s", v, strings.Join(ids, ", "))}
 	}
-	return []numbered{{n, all[n]}}, nil
+	return out, nil
 }
 
 func listInstances() []*PrefixCacheSelection {

@@ -9,16 +9,20 @@ import (
 // Body buffers are recycled through size-classed pools: allocating a
 // buffer of the body's size for every request, and collecting it, was a
 // large part of what the policy cost Caddy per byte (docs/overhead.md).
+// Each buffer in use is charged to the body budget (budget.go).
 //
-// A buffer goes back to its pool only when nothing can read it any more:
-// the request's context is done (Caddy's handler has returned: no further
-// attempt will route on it or hand it to a transport) AND the replay body
-// has been closed by the transport or fully replayed (the transport may
-// still be writing the request after RoundTrip returned, and a retry after
-// a dial error re-reads a closed but unread body). Readers of the bytes
-// (replayBody.Read, a re-derive on a retry) hold the buffer's lock or a
-// pin; a read after the release gets errBodyReleased, never another
-// request's bytes.
+// A buffer goes back to its pool as soon as nothing can read it any more
+// (reuse.go says when Caddy can ask for the body again):
+//
+//   - when the request's context is done (Caddy's handler has returned: no
+//     further attempt will route on it or hand it to a transport), or
+//   - when the transport has taken the whole body (read it to the end, or
+//     closed it after reading from it) and no retry can ask for it again
+//     (keep is false).
+//
+// Readers of the bytes (replayBody.Read, a derive by a second policy
+// instance) hold the buffer's lock or a pin; a read after the release gets
+// errBodyReleased, never another request's bytes.
 
 // Size classes: 2^k and 1.25, 1.5, 1.75 x 2^k, from 4 KiB to 16 MiB, so a
 // buffer wastes at most a quarter of its size. Larger buffers are not
@@ -58,43 +62,65 @@ func classOf(n int) int {
 	return (k-minClassShift)*4 + q
 }
 
+// capacityFor returns the capacity a buffer for n bytes has: its class's
+// size, or n itself beyond the largest class. It is what the buffer is
+// charged.
+func capacityFor(n int) int {
+	if c := classOf(n); c >= 0 {
+		return classSize(c)
+	}
+	return n
+}
+
 // bodyBuf is one request's body buffer and the state that decides when it
 // returns to its pool.
 type bodyBuf struct {
-	b     []byte // len 0; cap is classSize(class), or anything when class < 0
-	class int
+	b       []byte // len 0 in the pool; cap is classSize(class), or anything when class < 0
+	class   int
+	charged int64 // bytes of the body budget this buffer holds while in use
 
 	mu       sync.Mutex
+	keep     bool // a retry may ask for the body again after it was sent
 	ctxDone  bool // the request's context is done
-	bodyDone bool // the replay body was closed or fully replayed
-	pins     int  // readers of b outside mu (a re-derive on a retry)
+	sent     bool // the transport took the whole body, or closed it after reading
+	pins     int  // readers of b outside mu (a derive by another instance)
 	released bool
 }
 
-// getBodyBuf returns a buffer with room for at least n bytes.
-func getBodyBuf(n int) *bodyBuf {
+// getBodyBuf returns a buffer with room for at least n bytes, charged to
+// the body budget, or nil if its capacity does not fit within budget.
+func getBodyBuf(n int, budget int64) *bodyBuf {
+	capacity := capacityFor(n)
+	if !chargeBody(int64(capacity), budget) {
+		return nil
+	}
 	c := classOf(n)
 	if c < 0 {
-		return &bodyBuf{b: make([]byte, 0, n), class: -1}
+		return &bodyBuf{b: make([]byte, 0, n), class: -1, charged: int64(capacity), keep: true}
 	}
-	if bb, ok := bodyPools[c].Get().(*bodyBuf); ok {
-		return bb
+	bb, ok := bodyPools[c].Get().(*bodyBuf)
+	if !ok {
+		bb = &bodyBuf{b: make([]byte, 0, classSize(c)), class: c}
 	}
-	return &bodyBuf{b: make([]byte, 0, classSize(c)), class: c}
+	bb.charged, bb.keep = int64(capacity), true
+	return bb
 }
 
-// put returns a buffer nobody else has seen to its pool.
+// put returns a buffer nobody else has seen to its pool and its charge to
+// the budget.
 func (bb *bodyBuf) put() {
+	unchargeBody(bb.charged)
+	bb.charged = 0
 	if bb.class < 0 {
 		return
 	}
 	bb.b = bb.b[:0]
-	bb.ctxDone, bb.bodyDone, bb.pins, bb.released = false, false, 0, false
+	bb.keep, bb.ctxDone, bb.sent, bb.pins, bb.released = false, false, false, 0, false
 	bodyPools[bb.class].Put(bb)
 }
 
-// markCtxDone and markBodyDone record the two conditions of the release;
-// the second of them releases the buffer, unless a reader holds a pin.
+// markCtxDone records that the request is over, which releases the
+// buffer unless a reader holds a pin.
 func (bb *bodyBuf) markCtxDone() {
 	bb.mu.Lock()
 	bb.ctxDone = true
@@ -102,16 +128,29 @@ func (bb *bodyBuf) markCtxDone() {
 	bb.mu.Unlock()
 }
 
-// markBodyDoneLocked is markBodyDone with mu held.
-func (bb *bodyBuf) markBodyDoneLocked() {
-	bb.bodyDone = true
+// markSentLocked records that the transport took the body, which releases
+// the buffer unless a retry may need it (keep) or a reader holds a pin.
+// bb.mu must be held.
+func (bb *bodyBuf) markSentLocked() {
+	bb.sent = true
 	bb.maybeRelease()
 }
 
-func (bb *bodyBuf) markBodyDone() {
+// setKeep says whether a retry may ask for the body again after it was
+// sent; clearing it releases a buffer whose body was sent already.
+func (bb *bodyBuf) setKeep(keep bool) {
 	bb.mu.Lock()
-	bb.markBodyDoneLocked()
+	bb.keep = keep
+	bb.maybeRelease()
 	bb.mu.Unlock()
+}
+
+// keepsAfterSent reports whether the buffer is kept for a retry after its
+// body was sent (and is still held).
+func (bb *bodyBuf) keepsAfterSent() bool {
+	bb.mu.Lock()
+	defer bb.mu.Unlock()
+	return bb.keep && !bb.released
 }
 
 // pin keeps the buffer from being released until unpin. It reports false
@@ -133,11 +172,20 @@ func (bb *bodyBuf) unpin() {
 	bb.mu.Unlock()
 }
 
+// isReleased reports whether the buffer went back to its pool.
+func (bb *bodyBuf) isReleased() bool {
+	bb.mu.Lock()
+	defer bb.mu.Unlock()
+	return bb.released
+}
+
 func (bb *bodyBuf) maybeRelease() {
-	if bb.released || !bb.ctxDone || !bb.bodyDone || bb.pins > 0 {
+	if bb.released || bb.pins > 0 || !(bb.ctxDone || bb.sent && !bb.keep) {
 		return
 	}
 	bb.released = true
+	unchargeBody(bb.charged)
+	bb.charged = 0
 	if bb.class < 0 {
 		bb.b = nil
 		return

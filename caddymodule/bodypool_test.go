@@ -2,12 +2,10 @@ package caddymodule
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 )
 
@@ -38,42 +36,61 @@ func TestClassOf(t *testing.T) {
 }
 
 // TestBodyBufReleasedOnlyWhenDone: the buffer goes back to its pool when
-// the request's context is done and the body was closed or replayed, in
-// either order, and not while a reader holds a pin. A read after the
-// release gets an error, never the recycled bytes.
+// the request's context is done, or, when no retry can ask for the body
+// again (keep false), as soon as the transport has taken it (read it all,
+// or closed it after reading); never while a reader holds a pin, and never
+// when a transport closes it unread (a dial error: the retry reads it). A
+// read after the release gets an error, never the recycled bytes.
 func TestBodyBufReleasedOnlyWhenDone(t *testing.T) {
-	body := bytes.Repeat([]byte(`{"messages":[]}`), 4000) // 60 KB: past firstRead
+	body := bytes.Repeat([]byte(`{"messages":[]}`), 4000) // 60 KB: a few buffers' growth
 	for _, tt := range []struct {
 		name  string
-		steps string // c: context done, x: Close, r: read it all, p/u: pin/unpin
+		keep  bool
+		steps string // c: context done, x: Close, r: read it all, h: read half, p/u: pin/unpin
 		want  []bool // released after each step
 	}{
-		{"cancel then close", "cx", []bool{false, true}},
-		{"close then cancel", "xc", []bool{false, true}},
-		{"replay then cancel", "rc", []bool{false, true}},
-		{"cancel then replay", "cr", []bool{false, true}},
-		{"close, retry reads it, cancel", "xrc", []bool{false, false, true}},
-		{"pinned", "pcxu", []bool{false, false, false, true}},
+		{"sent", false, "r", []bool{true}},
+		{"dial error, retry sends it", false, "xr", []bool{false, true}},
+		{"dial error, then the request ends", false, "xc", []bool{false, true}},
+		{"half sent, then closed", false, "hx", []bool{false, true}},
+		{"kept: sent, then the request ends", true, "rc", []bool{false, true}},
+		{"kept: sent twice", true, "rrc", []bool{false, false, true}},
+		{"kept: closed after reading", true, "hxc", []bool{false, false, true}},
+		{"the request ends first", true, "c", []bool{true}},
+		{"pinned", false, "pru", []bool{false, false, true}},
+		{"kept and pinned", true, "pcu", []bool{false, false, true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &PrefixCacheSelection{MaxBody: 1 << 20}
 			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bytes.NewReader(body)))
 			r.ContentLength = int64(len(body))
-			skip, read, bb := s.readBody(r)
-			if skip != skipNone || !bytes.Equal(read, body) || bb == nil {
+			skip, read, bb, rb := readBody(r, 1<<20, 1<<40, tt.keep)
+			if skip != skipNone || !bytes.Equal(read, body) || bb == nil || rb != r.Body {
 				t.Fatalf("readBody() = %v, %d bytes, %p; want the body in a pooled buffer", skip, len(read), bb)
 			}
-			rb := r.Body.(*replayBody)
+			var replay io.ReadCloser = rb
 			for i, step := range tt.steps {
 				switch step {
 				case 'c':
-					bb.markCtxDone() // what context.AfterFunc calls
+					bb.markCtxDone() // what peeked.finish calls
 				case 'x':
-					rb.Close()
-				case 'r':
-					got, err := io.ReadAll(rb)
-					if err != nil || !bytes.Equal(got, body) {
-						t.Fatalf("reading the body: %d bytes, %v; want the client's %d", len(got), err, len(body))
+					replay.Close()
+				case 'r', 'h':
+					if step == 'r' && i > 0 && tt.steps[i-1] == 'r' {
+						replay = rb.again() // a retry after the body was sent
+					}
+					want := body
+					if step == 'h' {
+						want = body[:len(body)/2]
+					}
+					got := make([]byte, len(want))
+					n, err := io.ReadFull(replay, got)
+					if err != nil || !bytes.Equal(got[:n], want) {
+						t.Fatalf("reading the body: %d bytes, %v; want the client's %d", n, err, len(want))
+					}
+					if step == 'r' {
+						if n, err := replay.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+							t.Fatalf("read past the body = %d, %v; want io.EOF", n, err)
+						}
 					}
 				case 'p':
 					if !bb.pin() {
@@ -82,50 +99,84 @@ func TestBodyBufReleasedOnlyWhenDone(t *testing.T) {
 				case 'u':
 					bb.unpin()
 				}
-				bb.mu.Lock()
-				released := bb.released
-				bb.mu.Unlock()
-				if released != tt.want[i] {
+				if released := bb.isReleased(); released != tt.want[i] {
 					t.Fatalf("after %q: released = %v, want %v", tt.steps[:i+1], released, tt.want[i])
 				}
 			}
 			if bb.pin() {
 				t.Error("pin() of a released buffer = true")
 			}
-			if !strings.Contains(tt.steps, "r") {
-				if n, err := rb.Read(make([]byte, 10)); n != 0 || err != errBodyReleased {
-					t.Errorf("Read after release = %d, %v; want 0, %v", n, err, errBodyReleased)
-				}
+			if again := rb.again(); again != nil {
+				t.Error("again() of a released buffer gave a replay")
+			}
+			fresh := &replayBody{buf: bb, head: read, whole: true}
+			if n, err := fresh.Read(make([]byte, 10)); n != 0 || err != errBodyReleased {
+				t.Errorf("Read after release = %d, %v; want 0, %v", n, err, errBodyReleased)
 			}
 		})
 	}
 }
 
-// TestReadBodyReleasesWithContext: readBody arranges the release with the
-// request's context (context.AfterFunc), and an empty body's buffer does
-// not wait for it.
-func TestReadBodyReleasesWithContext(t *testing.T) {
-	released := make(chan int, 1)
-	hook := func(c int) { released <- c }
-	bodyReleased.Store(&hook)
-	defer bodyReleased.Store(nil)
-
-	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", io.NopCloser(bytes.NewReader(body)))
-	s := &PrefixCacheSelection{MaxBody: 1 << 20}
-	_, _, bb := s.readBody(r)
-	if _, err := io.ReadAll(r.Body); err != nil {
-		t.Fatal(err)
+// TestBodyBudget: buffers are charged their capacity while in use and
+// uncharged when they go back; a body declared larger than what is left
+// is not read, and a chunked body that reaches the budget stops being
+// read, its bytes replayed whole, and goes to the fallback.
+func TestBodyBudget(t *testing.T) {
+	if held := bodyHeld.Load(); held != 0 {
+		t.Fatalf("%d bytes held before the test", held)
 	}
-	select {
-	case c := <-released:
-		t.Fatalf("buffer of class %d released before the request's context was done", c)
-	default:
+	body := bytes.Repeat([]byte(`{"messages":[]}`), 10_000) // 150 KB
+	const budget = 100 << 10
+	for _, tt := range []struct {
+		name     string
+		declared bool
+		want     skipCause
+		read     bool // read some of it
+	}{
+		{"declared", true, skipBudget, false},
+		{"chunked", false, skipBudget, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client := &closeRecorder{Reader: bytes.NewReader(body)}
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			r.Body = client
+			r.ContentLength = -1
+			if tt.declared {
+				r.ContentLength = int64(len(body))
+			}
+			skip, _, _, rb := readBody(r, 1<<20, budget, false)
+			if skip != tt.want {
+				t.Fatalf("readBody() skip = %v, want %v", skip, tt.want)
+			}
+			if held := bodyHeld.Load(); held > budget {
+				t.Errorf("%d bytes held, more than the budget %d", held, budget)
+			}
+			if tt.read != (rb != nil && rb.buf != nil) {
+				t.Errorf("read some of the body = %v, want %v", rb != nil, tt.read)
+			}
+			got, err := io.ReadAll(r.Body)
+			if err != nil || !bytes.Equal(got, body) {
+				t.Errorf("body given back = %d bytes, %v; want the client's %d", len(got), err, len(body))
+			}
+			if held := bodyHeld.Load(); held != 0 {
+				t.Errorf("%d bytes held after the body was sent, want 0", held)
+			}
+		})
 	}
-	cancel()
-	if c := <-released; c != bb.class {
-		t.Errorf("released class %d, want %d", c, bb.class)
+	// Within the budget, the body is read and its buffer charged until
+	// it goes back.
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bytes.NewReader(body[:40<<10])))
+	r.ContentLength = 40 << 10
+	skip, _, bb, _ := readBody(r, 1<<20, budget, true)
+	if skip != skipNone {
+		t.Fatalf("readBody() of 40 KiB under a 100 KiB budget: skip %v", skip)
+	}
+	if held := bodyHeld.Load(); held != int64(cap(bb.b)) || held < 40<<10 {
+		t.Errorf("%d bytes held, want the buffer's capacity %d", held, cap(bb.b))
+	}
+	bb.markCtxDone()
+	if held := bodyHeld.Load(); held != 0 {
+		t.Errorf("%d bytes held after the release, want 0", held)
 	}
 }
 

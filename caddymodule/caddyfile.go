@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -19,6 +20,7 @@ import (
 //		max_chunks     <count>
 //		max_entries    <count>
 //		max_body       <size>
+//		body_budget    <size>
 //		load_factor    <factor>
 //		load_allowance <requests>
 //		load_allowance_bytes <size>|off
@@ -27,6 +29,8 @@ import (
 //		min_match      <bytes>
 //		min_match_ratio <fraction>
 //		tenant         <placeholder>
+//		allow_empty_tenant
+//		tenant_share   <fraction>
 //		forget_after   <duration>
 //		fallback       <policy> {
 //			<policy options>
@@ -60,26 +64,32 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return err
 			}
 		case "min_match_ratio":
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := fraction(d, &s.MinMatchRatio); err != nil {
+				return err
 			}
-			f, err := strconv.ParseFloat(d.Val(), 64)
-			if err != nil || !(f >= 0 && f <= 1) {
-				return d.Errf("invalid min_match_ratio '%s': must be a number from 0 to 1", d.Val())
+		case "tenant_share":
+			if err := fraction(d, &s.TenantShare); err != nil {
+				return err
 			}
-			s.MinMatchRatio = &f
+		case "allow_empty_tenant":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-		case "max_body":
+			s.AllowEmptyTenant = true
+		case "max_body", "body_budget":
+			name := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			size, err := humanize.ParseBytes(d.Val())
-			if err != nil || size == 0 || size > 1<<40 {
-				return d.Errf("invalid max_body '%s': must be a size from 1 byte to 1TiB", d.Val())
+			if err != nil || size == 0 || size > maxSize {
+				return d.Errf("invalid %s '%s': must be a size from 1 byte to 1TiB", name, d.Val())
 			}
-			s.MaxBody = int64(size)
+			if name == "max_body" {
+				s.MaxBody = int64(size)
+			} else {
+				s.BodyBudget = int64(size)
+			}
 			if d.NextArg() {
 				return d.ArgErr()
 			}
@@ -147,8 +157,8 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur <= 0 {
-				return d.Errf("invalid forget_after '%s': must be a positive duration", d.Val())
+			if err != nil || dur < time.Duration(MinForgetAfter) {
+				return d.Errf("invalid forget_after '%s': must be a duration of at least %v", d.Val(), time.Duration(MinForgetAfter))
 			}
 			s.ForgetAfter = caddy.Duration(dur)
 			if d.NextArg() {
@@ -193,6 +203,24 @@ func positiveInt(d *caddyfile.Dispenser, dst *int) error {
 	return nil
 }
 
+// fraction reads the one argument of the current directive, a number
+// from 0 to 1, into *dst.
+func fraction(d *caddyfile.Dispenser, dst **float64) error {
+	name := d.Val()
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	f, err := strconv.ParseFloat(d.Val(), 64)
+	if err != nil || !(f >= 0 && f <= 1) {
+		return d.Errf("invalid %s '%s': must be a number from 0 to 1", name, d.Val())
+	}
+	*dst = &f
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
 // sizeOrOff reads the one argument of the current directive, a size up
 // to 1TiB or off (0), into *dst; what names the size in the error.
 func sizeOrOff(d *caddyfile.Dispenser, what string, dst **int64) error {
@@ -203,7 +231,7 @@ func sizeOrOff(d *caddyfile.Dispenser, what string, dst **int64) error {
 	var n int64
 	if d.Val() != "off" {
 		size, err := humanize.ParseBytes(d.Val())
-		if err != nil || size > 1<<40 {
+		if err != nil || size > maxSize {
 			return d.Errf("invalid %s '%s': must be %s up to 1TiB, or off", name, d.Val(), what)
 		}
 		n = int64(size)

@@ -89,7 +89,7 @@ func benchFlood(b *testing.B, maxEntries int) {
 		}
 	}
 	b.StopTimer()
-	if p, _ := req.vars[varKey].(*peeked); p == nil || p.skip != skipNone || len(p.hashes) < 4 {
+	if p, _ := req.vars[varKey].(*peeked); p == nil || p.skip != skipNone || len(p.views) != 1 || len(p.views[0].hashes) < 4 {
 		b.Fatalf("the flood's prompts were not routed on: %+v", p)
 	}
 
@@ -250,6 +250,9 @@ func floodRequest(raw []byte) *floodReq {
 }
 
 func (fr *floodReq) reset() {
+	if p, ok := fr.vars[varKey].(*peeked); ok && p.replay != nil && p.replay.buf != nil {
+		p.finish() // the previous request ended
+	}
 	fr.body.Reset(fr.raw)
 	fr.r.Body = floodBody{fr.body}
 	delete(fr.vars, varKey)

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 
@@ -32,44 +31,43 @@ func (t *inflightBytes) load(id prefixindex.ID) int64 { return max(t[id].Load(),
 // u of them, the part the upstream was not believed to hold, to a table of
 // uncached bytes. A retry moves the charge to the upstream it chose; the
 // charge is released when the request's context is done (its handler
-// returned: the response, streamed or not, has ended) whatever happens in
-// between. Attempts run one after another on the request's goroutine, but
-// the context can end concurrently with an attempt (the client goes away),
-// hence the lock.
+// returned: the response, streamed or not, has ended; see peeked.finish)
+// whatever happens in between. Attempts run one after another on the
+// request's goroutine, but the context can end concurrently with an
+// attempt (the client goes away), hence the lock.
 type charge struct {
 	mu   sync.Mutex
 	tab  *inflightBytes // nil when nothing is charged
 	utab *inflightBytes
-	id   prefixindex.ID
+	id   prefixindex.ID // the upstream last charged, kept after the release
 	n, u int64
 	done bool // released for good: the request has ended
-	stop func() bool
 }
 
 // move charges n bytes to id in tab and u to id in utab, releasing what an
-// earlier attempt of this request charged, and arranges the release when
-// ctx is done.
-func (c *charge) move(ctx context.Context, tab, utab *inflightBytes, id prefixindex.ID, n, u int64) {
+// earlier attempt of this request charged. It reports false, charging
+// nothing, once the request has ended.
+func (c *charge) move(tab, utab *inflightBytes, id prefixindex.ID, n, u int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done {
-		return
+		return false
 	}
 	c.give()
 	c.tab, c.utab, c.id, c.n, c.u = tab, utab, id, n, u
 	tab[id].Add(n)
 	utab[id].Add(u)
-	if c.stop == nil {
-		c.stop = context.AfterFunc(ctx, c.release)
-	}
+	return true
 }
 
-// release gives back what is charged; later moves charge nothing.
-func (c *charge) release() {
+// release gives back what is charged, and returns the upstream last
+// charged (0 if none); later moves charge nothing.
+func (c *charge) release() prefixindex.ID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.give()
 	c.done = true
+	return c.id
 }
 
 // give gives back what is charged. c.mu must be held.

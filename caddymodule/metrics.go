@@ -20,6 +20,7 @@ type metricSet struct {
 	matchedFraction prometheus.Histogram
 	promptBytes     prometheus.Counter
 	matchedBytes    prometheus.Counter
+	settlements     *prometheus.CounterVec
 	state           stateCollector
 }
 
@@ -53,6 +54,11 @@ func newMetricSet() *metricSet {
 			Name: "predicted_hit_bytes_total",
 			Help: "Bytes of routing text the chosen upstreams were believed to hold: the predicted prefix-cache hits.",
 		}),
+		settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "settlements_total",
+			Help: "Routed requests at their end, by outcome: confirmed (the chosen upstream answered 2xx, so its index entries were protected) or unconfirmed (any other status, or no answer: the entries stay on probation).",
+		}, []string{"outcome"}),
 	}
 	// Every label value exists from the start, so rates work from zero.
 	for _, r := range selection.Reasons() {
@@ -62,6 +68,8 @@ func newMetricSet() *metricSet {
 	}
 	m.selections.WithLabelValues("fallback")
 	m.peeks.WithLabelValues("routed")
+	m.settlements.WithLabelValues("confirmed")
+	m.settlements.WithLabelValues("unconfirmed")
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
 	}
@@ -76,7 +84,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	}
 	for _, c := range []prometheus.Collector{
 		metrics.selections, metrics.peeks, metrics.matchedFraction,
-		metrics.promptBytes, metrics.matchedBytes, &metrics.state,
+		metrics.promptBytes, metrics.matchedBytes, metrics.settlements, &metrics.state,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
@@ -91,6 +99,14 @@ func registerMetrics(reg *prometheus.Registry) error {
 func (m *metricSet) skipped(cause skipCause) {
 	m.peeks.WithLabelValues(cause.String()).Inc()
 	m.selections.WithLabelValues("fallback").Inc()
+}
+
+func (m *metricSet) settled(confirmed bool) {
+	if confirmed {
+		m.settlements.WithLabelValues("confirmed").Inc()
+	} else {
+		m.settlements.WithLabelValues("unconfirmed").Inc()
+	}
 }
 
 func (m *metricSet) selected(d decision) {
@@ -115,25 +131,31 @@ var (
 	descBytes = prometheus.NewDesc("caddy_prefix_cache_index_bytes",
 		"Memory held by the indexes.", nil, nil)
 	descEvictions = prometheus.NewDesc("caddy_prefix_cache_index_evictions_total",
-		"Prefixes forgotten to stay within max_entries.", nil, nil)
+		"Prefixes forgotten to stay within max_entries, since the process started (indexes dropped since included).", nil, nil)
 	descInFlight = prometheus.NewDesc("caddy_prefix_cache_upstream_in_flight",
 		"Requests in flight to the upstream from this Caddy.", []string{"upstream"}, nil)
 	descInFlightBytes = prometheus.NewDesc("caddy_prefix_cache_upstream_in_flight_bytes",
 		"Prompt bytes (routing text) of the requests in flight to the upstream from this Caddy: the byte bound's load.", []string{"upstream"}, nil)
 	descOwned = prometheus.NewDesc("caddy_prefix_cache_upstream_owned_entries",
 		"Index entries the upstream is believed to hold: its share of the learned prefixes.", []string{"upstream"}, nil)
+	descBodyHeld = prometheus.NewDesc("caddy_prefix_cache_body_bytes_held",
+		"Bytes of request-body buffers the policies hold (at their allocated size), across the process.", nil, nil)
+	descBodyBudget = prometheus.NewDesc("caddy_prefix_cache_body_budget_bytes",
+		"The largest body_budget of the running policies: the most the body buffers may hold.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned} {
+	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyHeld, descBodyBudget} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
-	var entries, capacity, bytes, evictions float64
+	var entries, capacity, bytes float64
+	evictions := float64(evictionsRetired.Load())
+	var budget int64
 	owned := map[string]int{}
 	seen := map[*sharedState]bool{}
 	inFlight := map[string]int{}
@@ -144,6 +166,7 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counted := map[stateDial]bool{} // instances sharing a state share its bytes
 	eachInstance(func(s *PrefixCacheSelection) {
+		budget = max(budget, s.BodyBudget)
 		if pool := s.lastPool.Load(); pool != nil {
 			tab := s.upstreams.table(s.state.index, *pool)
 			for i, u := range *pool {
@@ -171,6 +194,8 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, capacity)
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, bytes)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, evictions)
+	ch <- prometheus.MustNewConstMetric(descBodyHeld, prometheus.GaugeValue, float64(bodyHeld.Load()))
+	ch <- prometheus.MustNewConstMetric(descBodyBudget, prometheus.GaugeValue, float64(budget))
 	for name, n := range inFlight {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), name)
 	}

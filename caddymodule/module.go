@@ -78,6 +78,14 @@ const (
 	// p50 from 0.70 to 0.61 s, the hit rate within the runs' spread; half
 	// and twice the rate measured the same within that spread.
 	DefaultPrefillRate = 64 << 10
+
+	// DefaultTenantShare is the default tenant_share: a quarter of the
+	// index (4 of its 16 shards) per tenant. The default index holds
+	// ~1M prefixes, far more than a fleet's KV caches (8 engines of 64k
+	// tokens hold ~8k chunks), so a quarter is room enough for any one
+	// tenant, and a tenant flooding unique prompts evicts at most a
+	// quarter of everyone else's affinity.
+	DefaultTenantShare = 0.25
 )
 
 // PrefixCacheSelection is a reverse_proxy selection policy for fleets of LLM
@@ -110,6 +118,15 @@ type PrefixCacheSelection struct {
 	// Largest request body, in bytes, read to route on; larger bodies go to
 	// the fallback policy. Default: `4194304` (4 MiB).
 	MaxBody int64 `json:"max_body,omitempty"`
+
+	// Most bytes the request-body buffers of every prefix_cache policy in
+	// the process may hold at once, counted at their allocated size; a
+	// body that would take them past it is not read (or, arriving without
+	// a length, stops being read) and goes to the fallback policy,
+	// untouched. Default: a quarter of the process's memory limit
+	// (GOMEMLIMIT, which Caddy sets from a container's cgroup limit), or
+	// `268435456` (256 MiB) without one.
+	BodyBudget int64 `json:"body_budget,omitempty"`
 
 	// An upstream is over the load bound when its in-flight requests
 	// exceed load_factor times the mean plus load_allowance.
@@ -165,10 +182,25 @@ type PrefixCacheSelection struct {
 	// Default: `0.3` (SGLang's cache_threshold).
 	MinMatchRatio *float64 `json:"min_match_ratio,omitempty"`
 
-	// A placeholder mixed into the hash seed so tenants never share index
-	// entries, e.g. `{http.request.header.Authorization}`. The value is
-	// hashed, never logged. Default: none.
+	// A placeholder whose value names the request's tenant, e.g. an
+	// authenticated identity `{http.auth.user.id}`. It is mixed into the
+	// hash seed, so tenants never share index entries, and each tenant's
+	// entries live in tenant_share of the index. A request whose value is
+	// empty goes to the fallback policy unless allow_empty_tenant is set.
+	// The value is hashed, never logged. Default: none.
 	Tenant string `json:"tenant,omitempty"`
+
+	// With tenant set, route requests whose tenant value is empty too, as
+	// one tenant of their own (all anonymous clients share it). Default:
+	// `false` (they go to the fallback policy).
+	AllowEmptyTenant bool `json:"allow_empty_tenant,omitempty"`
+
+	// With tenant set, the share of the index one tenant's entries may
+	// occupy (rounded up to whole shards of the index's 16), so that no
+	// tenant can evict more than this of the others' affinity, however
+	// much it sends. From 0 to 1; 1 lets every tenant use the whole index.
+	// Default: `0.25`.
+	TenantShare *float64 `json:"tenant_share,omitempty"`
 
 	// How long an upstream may be missing from every pool that uses the
 	// index before the index forgets what it holds. Default: `1m`.
@@ -178,14 +210,18 @@ type PrefixCacheSelection struct {
 	// `least_conn`.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
-	fallback  reverseproxy.Selector
-	chunker   prefixindex.Chunker
-	policy    selection.Policy
-	nsPerByte float64 // 1s / prefill_rate; 0 when prefill_rate is off
-	state     *sharedState
-	lastPool  atomic.Pointer[reverseproxy.UpstreamPool]
-	upstreams upstreamCache
-	logger    *zap.Logger
+	fallback     reverseproxy.Selector
+	fallbackName string
+	chunker      prefixindex.Chunker
+	policy       selection.Policy
+	nsPerByte    float64 // 1s / prefill_rate; 0 when prefill_rate is off
+	state        *sharedState
+	reuse        handlerReuse // when a retry may ask for a sent body again
+	staticDials  []string     // the handler's static upstreams, for the janitor
+	id           uint64       // the admin API's instance number
+	lastPool     atomic.Pointer[reverseproxy.UpstreamPool]
+	upstreams    upstreamCache
+	logger       *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -211,6 +247,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	}
 	if s.MaxBody == 0 {
 		s.MaxBody = DefaultMaxBody
+	}
+	if s.BodyBudget == 0 {
+		s.BodyBudget = defaultBodyBudget()
 	}
 	if s.LoadFactor == 0 {
 		s.LoadFactor = selection.DefaultLoadFactor
@@ -238,6 +277,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		ratio := DefaultMinMatchRatio
 		s.MinMatchRatio = &ratio
 	}
+	if s.TenantShare == nil {
+		share := DefaultTenantShare
+		s.TenantShare = &share
+	}
 	if s.ForgetAfter == 0 {
 		s.ForgetAfter = DefaultForgetAfter
 	}
@@ -245,6 +288,11 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
 	}
+	var fb struct {
+		Policy string `json:"policy"`
+	}
+	_ = json.Unmarshal(s.FallbackRaw, &fb)
+	s.fallbackName = fb.Policy
 	mod, err := ctx.LoadModule(s, "FallbackRaw")
 	if err != nil {
 		return fmt.Errorf("loading fallback policy: %w", err)
@@ -272,15 +320,53 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.policy.ColdBacklog = true
 		s.nsPerByte = 1e9 / float64(rate)
 	}
+	s.reuse = handlerReuseOf(ctx)
+	s.staticDials = staticDialsOf(ctx)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
-	s.state, err = loadState(s.ChunkSize, s.MaxEntries, time.Duration(s.ForgetAfter))
+	var kept bool
+	s.state, kept, err = loadState(s.ChunkSize, s.MaxEntries)
 	if err != nil {
 		return err
 	}
 	addInstance(s)
+	s.logProvisioned(kept)
 	return nil
+}
+
+// logProvisioned says, once per config load, what the policy will do: its
+// effective settings, and whether it kept a learned index.
+func (s *PrefixCacheSelection) logProvisioned(kept bool) {
+	st := s.state.index.Stats()
+	index := "created"
+	if kept {
+		index = "kept from the running config"
+	}
+	s.logger.Info("prefix_cache policy ready",
+		zap.Uint64("instance", s.id),
+		zap.String("index", s.state.key),
+		zap.String("index_state", index),
+		zap.Int("index_entries", st.Entries),
+		zap.Int("chunk_size", s.ChunkSize),
+		zap.Int("max_chunks", s.MaxChunks),
+		zap.Int("max_entries", s.MaxEntries),
+		zap.Int64("max_body", s.MaxBody),
+		zap.Int64("body_budget", s.BodyBudget),
+		zap.Float64("load_factor", s.LoadFactor),
+		zap.Int("load_allowance", *s.LoadAllowance),
+		zap.Int64("load_allowance_bytes", *s.LoadAllowanceBytes),
+		zap.Float64("cold_load_factor", *s.ColdLoadFactor),
+		zap.Int64("prefill_rate", *s.PrefillRate),
+		zap.Int("min_match", s.MinMatch),
+		zap.Float64("min_match_ratio", *s.MinMatchRatio),
+		zap.Bool("tenant", s.Tenant != ""),
+		zap.Float64("tenant_share", *s.TenantShare),
+		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
+		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
+		zap.String("fallback", s.fallbackName),
+		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
+	)
 }
 
 // Validate checks the configuration.
@@ -292,23 +378,29 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("max_chunks must be positive, got %d", s.MaxChunks)
 	case s.MaxEntries < 1:
 		return fmt.Errorf("max_entries must be positive, got %d", s.MaxEntries)
-	case s.MaxBody < 1:
-		return fmt.Errorf("max_body must be positive, got %d", s.MaxBody)
+	case s.MaxBody < 1 || s.MaxBody > maxSize:
+		return fmt.Errorf("max_body must be from 1 byte to 1TiB, got %d", s.MaxBody)
+	case s.BodyBudget < 0 || s.BodyBudget > maxSize:
+		return fmt.Errorf("body_budget must be from 0 to 1TiB, got %d", s.BodyBudget)
 	case s.MinMatch < 1:
 		return fmt.Errorf("min_match must be positive, got %d", s.MinMatch)
 	case s.MinMatchRatio != nil && !(*s.MinMatchRatio >= 0 && *s.MinMatchRatio <= 1): // also rejects NaN
 		return fmt.Errorf("min_match_ratio must be from 0 to 1, got %v", *s.MinMatchRatio)
-	case s.ForgetAfter < 0:
-		return fmt.Errorf("forget_after must not be negative, got %v", time.Duration(s.ForgetAfter))
+	case s.TenantShare != nil && !(*s.TenantShare >= 0 && *s.TenantShare <= 1):
+		return fmt.Errorf("tenant_share must be from 0 to 1, got %v", *s.TenantShare)
+	case s.ForgetAfter != 0 && s.ForgetAfter < MinForgetAfter:
+		return fmt.Errorf("forget_after must be at least %v, got %v", time.Duration(MinForgetAfter), time.Duration(s.ForgetAfter))
+	case s.AllowEmptyTenant && s.Tenant == "":
+		return fmt.Errorf("allow_empty_tenant needs tenant")
 	}
 	if s.LoadAllowance != nil && *s.LoadAllowance < 0 {
 		return fmt.Errorf("load_allowance must not be negative, got %d", *s.LoadAllowance)
 	}
-	if s.LoadAllowanceBytes != nil && *s.LoadAllowanceBytes < 0 {
-		return fmt.Errorf("load_allowance_bytes must not be negative, got %d", *s.LoadAllowanceBytes)
+	if s.LoadAllowanceBytes != nil && (*s.LoadAllowanceBytes < 0 || *s.LoadAllowanceBytes > maxSize) {
+		return fmt.Errorf("load_allowance_bytes must be from 0 to 1TiB, got %d", *s.LoadAllowanceBytes)
 	}
-	if s.PrefillRate != nil && *s.PrefillRate < 0 {
-		return fmt.Errorf("prefill_rate must not be negative, got %d", *s.PrefillRate)
+	if s.PrefillRate != nil && (*s.PrefillRate < 0 || *s.PrefillRate > maxSize) {
+		return fmt.Errorf("prefill_rate must be from 0 to 1TiB per second, got %d", *s.PrefillRate)
 	}
 	// The remaining rules, load_factor and cold_load_factor, are the
 	// choice's own; their messages name the same fields.
@@ -319,8 +411,13 @@ func (s *PrefixCacheSelection) Validate() error {
 	return p.Validate()
 }
 
+// maxSize bounds every size option: 1 TiB, far above any real one, and
+// far below where byte arithmetic could overflow.
+const maxSize = 1 << 40
+
 // Cleanup releases this config's hold on the shared index; the index is
-// dropped when no config holds it any more.
+// dropped when no config holds it any more. It tolerates a partial
+// Provision.
 func (s *PrefixCacheSelection) Cleanup() error {
 	if s.state == nil {
 		return nil
@@ -335,18 +432,31 @@ func (s *PrefixCacheSelection) Cleanup() error {
 // request cannot be routed on. w may be nil.
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s.notePool(pool)
-	req := s.route(r)
-	if req.skip != skipNone {
-		metrics.skipped(req.skip)
-		setSkipPlaceholders(r, req.skip)
-		return s.fallback.Select(pool, r, w)
+	p, v := s.route(r)
+	switch {
+	case v == nil:
+		return s.fallBack(pool, r, w, p.skip)
+	case v.skip != skipNone:
+		return s.fallBack(pool, r, w, v.skip)
 	}
-	chosen, d := s.choose(pool, req, true)
+	if len(v.tried) > 0 && p.buf.keepsAfterSent() {
+		// A retry that may come after the body was sent (lb_retry_match):
+		// the upstream gets the whole body again, from a replay of its
+		// own, while a transport of the failed attempt may still be
+		// reading the old one.
+		if again := p.replay.again(); again != nil {
+			r.Body = again
+		}
+	}
+	chosen, d, indexed := s.choose(pool, v, true)
 	if chosen == nil {
+		if !indexed {
+			return s.fallBack(pool, r, w, skipUnindexed)
+		}
 		return nil
 	}
-	uncached := int64(req.textLen - d.matched)
-	req.charge.move(r.Context(), &s.state.inflight, &s.state.uncached, d.id, int64(req.textLen), uncached)
+	uncached := int64(v.textLen - d.matched)
+	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, int64(v.textLen), uncached)
 	if s.nsPerByte > 0 {
 		s.state.prefill.add(d.id, time.Now().UnixNano(), uncached, s.nsPerByte)
 	}
@@ -365,45 +475,94 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	return chosen
 }
 
-// choose picks among pool's available upstreams for a routable request and,
-// when record is set, teaches the index that the chosen one now holds the
-// request's prefix. It returns nil when no upstream is available.
-func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeked, record bool) (*reverseproxy.Upstream, decision) {
+// fallBack asks the fallback policy for an upstream for a request the
+// policy does not route on, and says so in the placeholders and metrics.
+func (s *PrefixCacheSelection) fallBack(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, cause skipCause) *reverseproxy.Upstream {
+	metrics.skipped(cause)
+	u := s.fallback.Select(pool, r, w)
+	setFallbackPlaceholders(r, cause, u)
+	return u
+}
+
+// settle runs when the request is over: it gives back the request's share
+// of the byte bound and, when the upstream its last attempt chose answered
+// with a 2xx status, confirms that upstream's hold on the prompt's prefix,
+// so that its entries are protected from traffic that is never confirmed
+// (prefixindex.Confirm). The status is Caddy's
+// {http.reverse_proxy.status_code}, set after each round trip that got a
+// response.
+func (v *view) settle(repl *caddy.Replacer) {
+	id := v.charge.release()
+	if id == 0 {
+		return
+	}
+	var status int
+	if repl != nil {
+		if code, ok := repl.Get("http.reverse_proxy.status_code"); ok {
+			status, _ = code.(int)
+		}
+	}
+	if status < 200 || status > 299 {
+		metrics.settled(false)
+		return
+	}
+	v.owner.state.index.Confirm(v.scope, v.hashes, id)
+	metrics.settled(true)
+}
+
+// choose picks among pool's available upstreams for a routable request
+// and, when record is set, teaches the index that the chosen one now holds
+// the request's prefix; without record (a dry run) it changes nothing, not
+// even the upstreams' IDs. It returns nil when no upstream is available,
+// with indexed false when some are but none has an index ID.
+func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, record bool) (*reverseproxy.Upstream, decision, bool) {
 	sc := getScratch()
 	defer putScratch(sc)
 	// On a retry, leave out the upstreams this request already failed on,
 	// unless nothing else is available: Caddy counts a failure against an
 	// upstream only when passive health checks are on, and the index
 	// would send the request straight back.
-	avoid := req.tried
+	avoid := v.tried
 	if len(avoid) > 0 && !anyAvailableExcept(pool, avoid) {
 		avoid = nil
 	}
 	// IDs and rendezvous keys depend on the Dials alone: the cache keeps
 	// them per pool instead of an Intern and a hash per upstream per request.
-	tab := s.upstreams.table(s.state.index, pool)
+	var tab *upstreamTable
+	if record {
+		tab = s.upstreams.table(s.state.index, pool)
+	} else {
+		tab = s.upstreams.peek(s.state.index, pool)
+	}
+	now := s.state.now()
+	unindexed := false
 	for i, u := range pool {
 		if !u.Available() || slices.Contains(avoid, u.Dial) {
 			continue
 		}
 		id := tab.ids[i]
 		if id == 0 {
-			// Only with more distinct upstreams than IDs: route without
-			// this one rather than fail the request.
+			// Only with more distinct upstreams than IDs (or, in a dry
+			// run, one never routed to): route without this one rather
+			// than fail the request.
+			unindexed = true
 			continue
+		}
+		if record {
+			s.state.markSeen(id, now)
 		}
 		sc.ups = append(sc.ups, u)
 		sc.ids = append(sc.ids, id)
 		sc.cands = append(sc.cands, selection.Candidate{Key: tab.keys[i]})
 	}
 	if len(sc.ups) == 0 {
-		return nil, decision{}
+		return nil, decision{}, !unindexed
 	}
 	sc.depths = grow(sc.depths, len(sc.ids))
-	s.state.index.Depths(prefixindex.Scope{}, req.hashes, sc.ids, sc.depths)
-	var now int64
+	s.state.index.Depths(v.scope, v.hashes, sc.ids, sc.depths)
+	var nowNS int64
 	if s.nsPerByte > 0 {
-		now = time.Now().UnixNano()
+		nowNS = time.Now().UnixNano()
 	}
 	for j, u := range sc.ups {
 		id := sc.ids[j]
@@ -411,25 +570,25 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		sc.cands[j].Load = u.NumRequests()
 		sc.cands[j].Bytes = s.state.inflight.load(id)
 		if s.nsPerByte > 0 {
-			sc.cands[j].Backlog = s.backlog(id, now)
+			sc.cands[j].Backlog = s.backlog(id, nowNS)
 		}
 	}
 
 	policy := s.policy
 	if r := *s.MinMatchRatio; r > 0 {
-		policy.MinDepth = max(policy.MinDepth, int(math.Ceil(r*float64(len(req.hashes)))))
+		policy.MinDepth = max(policy.MinDepth, int(math.Ceil(r*float64(len(v.hashes)))))
 	}
-	choice := policy.Choose(sc.cands, req.placement, int64(req.textLen))
+	choice := policy.Choose(sc.cands, v.placement, int64(v.textLen))
 	chosen := sc.ups[choice.Index]
 	if record {
-		s.state.index.Record(prefixindex.Scope{}, req.hashes, sc.ids[choice.Index])
-		req.tried = append(req.tried, chosen.Dial)
+		s.state.index.Record(v.scope, v.hashes, sc.ids[choice.Index])
+		v.tried = append(v.tried, chosen.Dial)
 	}
 	return chosen, decision{
 		reason:      choice.Reason.String(),
-		dialect:     req.dialect,
-		promptBytes: req.textLen,
-		matched:     min(sc.cands[choice.Index].Depth*s.ChunkSize, req.textLen),
+		dialect:     v.dialect,
+		promptBytes: v.textLen,
+		matched:     min(sc.cands[choice.Index].Depth*s.ChunkSize, v.textLen),
 		chosen:      chosen.Dial,
 		preferred:   sc.ups[choice.Preferred].Dial,
 		spilled:     choice.Spilled,
@@ -437,13 +596,34 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, req *peeke
 		byteBound:   choice.ByteBound,
 		coldBound:   choice.ColdBound,
 		id:          sc.ids[choice.Index],
-	}
+	}, true
 }
 
 // backlog is the prefill queued at id at time now, as cold placement
 // reads it: the fluid estimate, capped by the uncached bytes in flight.
 func (s *PrefixCacheSelection) backlog(id prefixindex.ID, now int64) int64 {
 	return min(s.state.prefill.load(id, now, s.nsPerByte), s.state.uncached.load(id))
+}
+
+// staticDialsOf returns the Dials of the static upstreams of the nearest
+// reverse_proxy handler above the policy, or nil with dynamic upstreams.
+func staticDialsOf(ctx caddy.Context) []string {
+	mods := ctx.Modules()
+	for i := len(mods) - 1; i >= 0; i-- {
+		h, ok := mods[i].(*reverseproxy.Handler)
+		if !ok {
+			continue
+		}
+		if h.DynamicUpstreams != nil || h.DynamicUpstreamsRaw != nil {
+			return nil
+		}
+		dials := make([]string, 0, len(h.Upstreams))
+		for _, u := range h.Upstreams {
+			dials = append(dials, u.Dial)
+		}
+		return dials
+	}
+	return nil
 }
 
 // anyAvailableExcept reports whether pool has an available upstream whose

@@ -287,7 +287,8 @@ func TestAdminAPI(t *testing.T) {
 		want         int
 	}{
 		{http.MethodGet, "/prefix_cache/dry_run", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/prefix_cache/flush?instance=7", http.StatusBadRequest},
+		{http.MethodPost, "/prefix_cache/flush?instance=7000", http.StatusNotFound},
+		{http.MethodPost, "/prefix_cache/forget", http.StatusBadRequest},
 	} {
 		req, _ := http.NewRequest(tt.method, admin+tt.path, nil)
 		resp, err := http.DefaultClient.Do(req)

@@ -1,108 +1,156 @@
 package caddymodule
 
 import (
-	"context"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// readBody reads up to max_body bytes of r's body and puts them back in
+// readBody reads up to maxBody bytes of r's body and puts them back in
 // front of the rest, so the upstream receives the client's exact bytes.
-// It leaves Content-Length and Transfer-Encoding as they are.
+// It leaves Content-Length and Transfer-Encoding as they are, and reads
+// nothing of a body it would not route on: not a POST, empty, incremental
+// (Caddy streams it, and so does the policy), compressed, not JSON, or
+// declared larger than maxBody or than the body budget has left.
 //
-// The bytes returned live in a pooled buffer (bodyBuf, also returned when
-// the bytes are) that goes back to its pool once the request is over and
-// the upstream is done with the body; a reader of the bytes outside the
-// attempt that read them must pin the buffer first.
-func (s *PrefixCacheSelection) readBody(r *http.Request) (skipCause, []byte, *bodyBuf) {
+// The bytes returned live in a pooled buffer (bodyBuf, also returned) that
+// goes back to its pool as bodypool.go says; keep says whether a retry may
+// ask for the body again after it was sent (reuse.go). The replay body
+// installed as r.Body is returned too, for a retry to rewind.
+func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []byte, *bodyBuf, *replayBody) {
 	switch {
 	case r.Method != http.MethodPost:
-		return skipMethod, nil, nil
+		return skipMethod, nil, nil, nil
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
-		return skipEmpty, nil, nil
+		return skipEmpty, nil, nil, nil
+	case caddyhttp.IsIncremental(r.Header):
+		return skipIncremental, nil, nil, nil
 	case !identityEncoding(r.Header.Values("Content-Encoding")):
-		return skipEncoded, nil, nil
+		return skipEncoded, nil, nil, nil
 	case !jsonContentType(r.Header.Get("Content-Type")):
-		return skipContentType, nil, nil
-	case r.ContentLength > s.MaxBody:
-		return skipTooLarge, nil, nil
+		return skipContentType, nil, nil, nil
+	case r.ContentLength > maxBody:
+		return skipTooLarge, nil, nil, nil
+	case r.ContentLength > 0 && bodyHeld.Load()+int64(capacityFor(int(r.ContentLength))) > budget:
+		return skipBudget, nil, nil, nil
 	}
 
 	// One byte more than max_body tells a body of exactly max_body from a
-	// larger one, and leaves room for the read that reports io.EOF.
-	limit := s.MaxBody + 1
-	bb, err := readAtMost(r.Body, limit, r.ContentLength+1)
+	// larger one.
+	bb, err := readAtMost(r.Body, maxBody+1, r.ContentLength, budget)
+	if bb == nil { // not even the first buffer fit: nothing was read
+		return skipBudget, nil, nil, nil
+	}
 	buf := bb.b
-	rb := &replayBody{head: buf, buf: bb, rest: r.Body, restErr: err}
+	rb := &replayBody{buf: bb, head: buf, rest: r.Body}
+	switch {
+	case errors.Is(err, errBudget):
+		// The rest of the body follows what was read, untouched.
+	case err != nil:
+		rb.restErr = err
+	case int64(len(buf)) <= maxBody:
+		rb.whole = true
+	}
 	if len(buf) == 0 {
 		// Nothing to replay or to route on: the buffer can go back now.
 		rb.head, rb.buf = nil, nil
 		bb.put()
 	} else {
-		// The second of the two release conditions; the first is the
-		// replay body's (bodyBuf).
-		context.AfterFunc(r.Context(), bb.markCtxDone)
+		// Only a whole body can be replayed again on a retry.
+		bb.keep = keep && rb.whole
 	}
 	r.Body = rb
 	switch {
+	case errors.Is(err, errBudget):
+		return skipBudget, nil, nil, rb
 	case err != nil:
-		return skipReadError, nil, nil
-	case int64(len(buf)) > s.MaxBody:
-		return skipTooLarge, nil, nil
+		return skipReadError, nil, nil, rb
+	case int64(len(buf)) > maxBody:
+		return skipTooLarge, nil, nil, rb
 	case len(buf) == 0:
-		return skipEmpty, nil, nil
+		return skipEmpty, nil, nil, rb
 	}
-	return skipNone, buf, bb
+	return skipNone, buf, bb, rb
 }
 
 // firstRead is the most memory readBody allocates before the client has
-// sent any of its body: a Content-Length is the client's word, and trusting
-// it would let a client that declares max_body and sends nothing pin
-// max_body of memory per connection. Once firstRead bytes have arrived,
-// the buffer grows straight to the declared length (plus one).
-const firstRead = 32 << 10
+// sent any of its body. After it, a buffer grows only once it is full, to
+// at most twice its size, so the memory a body holds is never more than
+// max(firstRead, 2 x the bytes received) (before the size class's
+// rounding, which the budget charges): a Content-Length is the client's
+// word, and a client that declares max_body and sends a little, or
+// nothing, pins no more than it sent.
+const firstRead = 16 << 10
 
-// readAtMost reads up to limit bytes from r into a pooled buffer. hint is
-// the size the client declared, plus one for the read that reports io.EOF
-// (0 or less when unknown). The first buffer holds at most firstRead bytes;
-// once it is full the buffer grows straight to hint (so a body that arrives
-// whole and declared costs one copy of firstRead bytes, and the outgrown
-// buffer goes back to its pool), and by doubling beyond it or without it,
-// so memory stays proportional to the bytes received. It returns a nil
-// error at io.EOF; the bytes read are the returned buffer's b.
-func readAtMost(r io.Reader, limit, hint int64) (*bodyBuf, error) {
-	size := int64(4 << 10) // a chunked body's first read
-	if hint > 0 {
-		size = hint
+// errBudget stops a read whose next buffer would take the held body bytes
+// past the budget.
+var errBudget = errors.New("prefix_cache: body budget reached")
+
+// readAtMost reads up to limit bytes from r into a pooled buffer charged
+// to the body budget. declared is the length the client declared (-1 when
+// unknown). It returns a nil error at io.EOF, errBudget when the next
+// buffer did not fit within budget (the bytes read so far are in the
+// returned buffer), and a nil buffer when not even the first one fit. The
+// bytes read are the returned buffer's b.
+func readAtMost(r io.Reader, limit, declared, budget int64) (*bodyBuf, error) {
+	size := min(firstRead, limit)
+	if declared > 0 {
+		size = min(size, declared)
 	}
-	bb := getBodyBuf(int(min(limit, firstRead, size)))
+	bb := getBodyBuf(int(size), budget)
+	if bb == nil {
+		return nil, errBudget
+	}
 	buf := bb.b[:0]
 	var err error
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
-			next := min(2*int64(cap(buf)), limit)
-			if hint > int64(cap(buf)) {
-				next = min(limit, hint)
-				if len(buf) < firstRead {
-					next = min(next, 2*int64(cap(buf)))
+			var one [1]byte
+			if declared >= 0 && int64(len(buf)) >= declared {
+				// All that was declared is here: ask for the end of the
+				// body without growing the buffer for it.
+				var m int
+				m, err = r.Read(one[:])
+				if m == 0 {
+					if err == nil {
+						continue
+					}
+					break
 				}
 			}
-			nb := getBodyBuf(int(next))
+			next := min(2*int64(cap(buf)), limit)
+			if declared > int64(cap(buf)) {
+				next = min(next, declared)
+			}
+			nb := getBodyBuf(int(next), budget)
+			if nb == nil {
+				bb.b = buf
+				return bb, errBudget
+			}
 			nb.b = append(nb.b[:0], buf...)
 			bb.put()
 			bb, buf = nb, nb.b
+			if declared >= 0 && int64(len(buf)) >= declared {
+				buf = append(buf, one[0]) // a byte past the declared length
+				if err != nil {
+					break
+				}
+			}
+			continue
 		}
 		var m int
 		m, err = r.Read(buf[len(buf):min(int64(cap(buf)), limit)])
 		buf = buf[:len(buf)+m]
 		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
 			break
 		}
+	}
+	if err == io.EOF {
+		err = nil
 	}
 	bb.b = buf
 	return bb, err
@@ -115,27 +163,32 @@ var errBodyReleased = errors.New("prefix_cache: request body read after the requ
 // replayBody gives back the bytes the policy read, then the rest of the
 // client's body. Like Caddy's own body wrapper, it does not close the
 // client's body if nothing has been read from it, so a retry after a dial
-// error finds the body whole.
+// error finds the body whole. A whole body (one the policy read to its
+// end) can be rewound for a retry that comes after it was sent.
+//
+// Read and Close may run on different goroutines (an HTTP/2 transport
+// closes a body it is still reading when the stream is reset); mu guards
+// the state they share, and is never held while reading the client.
 type replayBody struct {
+	mu      sync.Mutex
+	buf     *bodyBuf // head's pooled buffer; nil when nothing was read
 	head    []byte
 	off     int
-	buf     *bodyBuf // head's pooled buffer; nil when not pooled
+	whole   bool // head is the whole body: rest was read to its end
 	rest    io.ReadCloser
 	restErr error // the error that stopped the policy's own read, if any
-	read    bool
+	read    bool  // a reader has read from this body since the last rewind
 }
 
 func (b *replayBody) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	b.mu.Lock()
 	b.read = true
-	// head and off belong to Read (reads never run concurrently); buf is
-	// fixed at construction, because Close may run on another goroutine.
 	if b.off < len(b.head) {
-		bb := b.buf
-		if bb != nil {
-			// The buffer may be released meanwhile: copy under its lock.
+		defer b.mu.Unlock()
+		if bb := b.buf; bb != nil {
 			bb.mu.Lock()
 			defer bb.mu.Unlock()
 			if bb.released {
@@ -144,30 +197,53 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		}
 		n := copy(p, b.head[b.off:])
 		b.off += n
-		if b.off == len(b.head) {
-			// Replayed: a streamed response can last minutes, and the
-			// body need not be held for it.
-			b.head, b.off = nil, 0
-			if bb != nil {
-				bb.markBodyDoneLocked()
-			}
+		if b.off == len(b.head) && b.buf != nil {
+			// The transport has all the policy read: a streamed
+			// response can last minutes, and the body need not be held
+			// for it unless a retry may ask for it again.
+			b.buf.markSentLocked()
 		}
 		return n, nil
 	}
-	if b.restErr != nil {
-		return 0, b.restErr
+	whole, restErr := b.whole, b.restErr
+	b.mu.Unlock()
+	switch {
+	case whole:
+		return 0, io.EOF
+	case restErr != nil:
+		return 0, restErr
 	}
 	return b.rest.Read(p)
 }
 
 func (b *replayBody) Close() error {
-	if bb := b.buf; bb != nil {
-		bb.markBodyDone()
-	}
-	if !b.read {
+	b.mu.Lock()
+	read, bb := b.read, b.buf
+	b.mu.Unlock()
+	if !read {
+		// Not read: a retry after a dial error reads it from the start.
 		return nil
 	}
+	if bb != nil {
+		bb.mu.Lock()
+		bb.markSentLocked()
+		bb.mu.Unlock()
+	}
 	return b.rest.Close()
+}
+
+// again returns a new replay of the whole body, from its start, for a
+// retry of a request whose body may have been sent already (Caddy retries
+// after a response matched lb_retry_match). It shares the buffer, so a
+// transport of the earlier attempt still reading the old replay reads the
+// same bytes. It returns nil unless the body is whole and still held.
+func (b *replayBody) again() *replayBody {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.whole || b.buf == nil || b.buf.isReleased() {
+		return nil
+	}
+	return &replayBody{buf: b.buf, head: b.head, whole: true, rest: http.NoBody}
 }
 
 // identityEncoding reports whether the body is sent as it is.

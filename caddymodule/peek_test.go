@@ -59,6 +59,8 @@ func TestReadBodyGivesBackExactBytes(t *testing.T) {
 		{"html", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"text/html"}}, skipContentType, false},
 		{"json with charset", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"application/json; charset=utf-8"}}, skipNone, true},
 		{"vendor +json", http.MethodPost, body(10), 10, http.Header{"Content-Type": {"application/vnd.api+json"}}, skipNone, true},
+		{"incremental", http.MethodPost, body(10), -1, http.Header{"Incremental": {"?1"}}, skipIncremental, false},
+		{"not incremental", http.MethodPost, body(10), -1, http.Header{"Incremental": {"?0"}}, skipNone, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,8 +71,7 @@ func TestReadBodyGivesBackExactBytes(t *testing.T) {
 			for k, v := range tt.header {
 				r.Header[k] = v
 			}
-			s := &PrefixCacheSelection{MaxBody: maxBody}
-			skip, read, _ := s.readBody(r)
+			skip, read, _, _ := readBody(r, maxBody, 1<<40, false)
 			if skip != tt.wantSkip {
 				t.Errorf("readBody() skip = %q, want %q", skip, tt.wantSkip)
 			}
@@ -103,8 +104,7 @@ func TestReadBodyErrorIsPassedOn(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 	r.Body = client
 	r.ContentLength = -1
-	s := &PrefixCacheSelection{MaxBody: 1 << 20}
-	skip, read, _ := s.readBody(r)
+	skip, read, _, _ := readBody(r, 1<<20, 1<<40, false)
 	if skip != skipReadError || read != nil {
 		t.Errorf("readBody() = %q, %d bytes; want %q, none", skip, len(read), skipReadError)
 	}
@@ -163,4 +163,14 @@ func TestJSONContentType(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { jsonContentType("application/json; charset=utf-8") }); n != 0 {
 		t.Errorf("jsonContentType(application/json; charset=utf-8) allocates %v times, want 0", n)
 	}
+}
+
+// routeView routes r and returns the policy's view of it: the view route
+// derived, or one holding the cause of a skip before any view.
+func routeView(s *PrefixCacheSelection, r *http.Request) *view {
+	p, v := s.route(r)
+	if v == nil {
+		return &view{owner: s, skip: p.skip}
+	}
+	return v
 }

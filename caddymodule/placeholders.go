@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
@@ -11,7 +12,7 @@ import (
 // Placeholders set on every selection, for access logs and headers:
 //
 //	{http.reverse_proxy.prefix_cache.reason}         match, spill, cold, ... or fallback
-//	{http.reverse_proxy.prefix_cache.skip}           why the body was not routed on (fallback only)
+//	{http.reverse_proxy.prefix_cache.skip}           why the body was not routed on (fallback only, else empty)
 //	{http.reverse_proxy.prefix_cache.dialect}        openai_chat, anthropic_messages, ...
 //	{http.reverse_proxy.prefix_cache.prompt_bytes}   bytes of routing text
 //	{http.reverse_proxy.prefix_cache.matched_bytes}  bytes of it the chosen upstream was believed to hold
@@ -52,11 +53,24 @@ func setPlaceholders(r *http.Request, d decision) {
 	repl.Set(placeholderPrefix+"spilled", d.spilled)
 }
 
-func setSkipPlaceholders(r *http.Request, cause skipCause) {
+// setFallbackPlaceholders sets the placeholders of a request the fallback
+// policy placed: reason fallback, why, and the upstream it chose (empty
+// when it chose none).
+func setFallbackPlaceholders(r *http.Request, cause skipCause, u *reverseproxy.Upstream) {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
 		return
 	}
+	var chosen string
+	if u != nil {
+		chosen = u.Dial
+	}
 	repl.Set(placeholderPrefix+"reason", "fallback")
 	repl.Set(placeholderPrefix+"skip", cause.String())
+	repl.Set(placeholderPrefix+"dialect", "")
+	repl.Set(placeholderPrefix+"prompt_bytes", 0)
+	repl.Set(placeholderPrefix+"matched_bytes", 0)
+	repl.Set(placeholderPrefix+"preferred", chosen)
+	repl.Set(placeholderPrefix+"upstream", chosen)
+	repl.Set(placeholderPrefix+"spilled", false)
 }

@@ -50,7 +50,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			load_factor %v
 			load_allowance %d
 			min_match 512
-			forget_after 20ms
+			forget_after 100ms
 			fallback %s
 		}
 		lb_retries %d

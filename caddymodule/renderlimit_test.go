@@ -57,7 +57,7 @@ func TestDeriveRendersToMaxChunks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: Append error %v", name, err)
 			}
-			p := s.route(newBenchRequest(body).r)
+			p := routeView(s, newBenchRequest(body).r)
 			if p.skip != skipNone {
 				t.Fatalf("chunk %d x %d, %s: skipped (%v)", cfg.chunk, cfg.max, name, p.skip)
 			}
@@ -89,15 +89,15 @@ func TestDeriveInvalidEscapePastLimit(t *testing.T) {
 	if _, _, err := dialect.Append(nil, bad); err == nil {
 		t.Fatalf("Append(invalid escape) error = nil, want ErrSyntax")
 	}
-	pb := s.route(newBenchRequest(bad).r)
-	pg := s.route(newBenchRequest(good).r)
+	pb := routeView(s, newBenchRequest(bad).r)
+	pg := routeView(s, newBenchRequest(good).r)
 	if pb.skip != skipNone || !slices.Equal(pb.hashes, pg.hashes) || pb.placement != pg.placement || pb.textLen != pg.textLen {
 		t.Errorf("route(invalid escape past the limit) = skip %q, %d hashes, textLen %d; want routed as the valid body: %d hashes, textLen %d",
 			pb.skip, len(pb.hashes), pb.textLen, len(pg.hashes), pg.textLen)
 	}
 	// Before the limit, the same escape sends the request to the fallback.
 	early := []byte(`{"model":"m","messages":[{"role":"user","content":"bad \q escape"}]}`)
-	if p := s.route(newBenchRequest(early).r); p.skip != skipNotJSON {
+	if p := routeView(s, newBenchRequest(early).r); p.skip != skipNotJSON {
 		t.Errorf("route(invalid escape before the limit) skip = %q, want %q", p.skip, skipNotJSON)
 	}
 }
@@ -120,7 +120,7 @@ func BenchmarkRenderLimit(b *testing.B) {
 				clk := cputime.Start()
 				for b.Loop() {
 					br.reset()
-					if p := s.route(br.r); p.skip != skipNone {
+					if p := routeView(s, br.r); p.skip != skipNone {
 						b.Fatal(p.skip)
 					}
 				}

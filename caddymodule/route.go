@@ -1,9 +1,13 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -32,6 +36,10 @@ const (
 	skipReadError             // the client's body failed while being read
 	skipNotJSON               // not well-formed JSON
 	skipDialect               // JSON of no known request shape
+	skipIncremental           // an incremental (streamed) upload, proxied as it arrives
+	skipBudget                // reading it would take the process's body buffers past body_budget
+	skipNoTenant              // tenant is configured and the request's value is empty
+	skipUnindexed             // no available upstream has an index ID (all 65,535 in use)
 )
 
 var skipNames = [...]string{
@@ -44,78 +52,156 @@ var skipNames = [...]string{
 	skipReadError:   "read_error",
 	skipNotJSON:     "not_json",
 	skipDialect:     "unknown_dialect",
+	skipIncremental: "incremental",
+	skipBudget:      "budget",
+	skipNoTenant:    "no_tenant",
+	skipUnindexed:   "unindexed",
 }
 
 func (c skipCause) String() string { return skipNames[c] }
 
-// peeked is what the policy took from one request's body. It is created
-// once per request and never changed afterwards.
+// peeked is what was read from one request's body, once per request,
+// whoever read it first (this policy, or the model matcher before it), and
+// what each policy instance that routed the request derived from it. It
+// lives in the request's variables, so it must never print what it holds:
+// a placeholder {http.vars.prefix_cache.request} prints only its String.
 type peeked struct {
 	skip skipCause
 	body []byte // the exact bytes read from the client; nil when not read
-	// buf is body's pooled buffer: it goes back to its pool once the
-	// request is over, so reading body outside the attempt that read it
-	// needs buf.pin() first (see bodypool.go).
-	buf *bodyBuf
+	// buf is body's pooled buffer: it goes back to its pool as
+	// bodypool.go says, so reading body outside the attempt that read
+	// it needs buf.pin() first.
+	buf    *bodyBuf
+	replay *replayBody // the replay installed as the body; nil when nothing was read
+	repl   *caddy.Replacer
 
-	// derived, for the policy instance that derived them
+	mu       sync.Mutex
+	views    []*view // one per policy instance that derived this body
+	finished bool    // finish has run: the request is over
+}
+
+// String is all a placeholder or a log line can print of a request's
+// record: never its bytes.
+func (p *peeked) String() string { return "prefix_cache request" }
+
+// Format prints String for every verb, so fmt cannot print the fields.
+func (p *peeked) Format(f fmt.State, _ rune) { io.WriteString(f, p.String()) }
+
+// MarshalJSON encodes String, for the same reason.
+func (p *peeked) MarshalJSON() ([]byte, error) { return []byte(`"prefix_cache request"`), nil }
+
+// view is what one policy instance derived from a request's body and did
+// with it. Attempts run one after another on the request's goroutine; the
+// charge's lock guards what settle reads from another goroutine.
+type view struct {
 	owner     *PrefixCacheSelection
+	skip      skipCause // this instance's own reason to fall back
 	dialect   string
+	scope     prefixindex.Scope
 	hashes    []prefixindex.Hash
 	placement uint64
 	textLen   int
-
-	// tried lists the upstreams earlier attempts of this request chose.
-	// Attempts run one after another on the request's goroutine.
+	// tried lists the upstreams earlier attempts chose.
 	tried []string
-	// charge is this request's share of the byte bound's load.
+	// charge is this request's share of the byte bound's load, and the
+	// upstream its last attempt chose.
 	charge charge
 }
 
-// route returns what the policy needs to route r: read from the body on
-// the first attempt, from the request's variables on a retry.
-func (s *PrefixCacheSelection) route(r *http.Request) *peeked {
-	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
-	if p == nil {
-		p = &peeked{}
-		p.skip, p.body, p.buf = s.readBody(r)
-		caddyhttp.SetVar(r.Context(), varKey, p)
+// peekRequest reads r's body (readBody) and records what it read in the
+// request's variables. When it read any bytes, it arranges for the record
+// to be finished when the request's context is done: the buffer released,
+// each view settled.
+func peekRequest(r *http.Request, maxBody, budget int64, keep bool) *peeked {
+	p := &peeked{}
+	p.skip, p.body, p.buf, p.replay = readBody(r, maxBody, budget, keep)
+	p.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	caddyhttp.SetVar(r.Context(), varKey, p)
+	if p.replay != nil && p.replay.buf != nil {
+		context.AfterFunc(r.Context(), p.finish)
 	}
-	if p.skip != skipNone || p.owner == s {
-		return p
-	}
-	if p.buf != nil {
-		if !p.buf.pin() {
-			// The request is over and its body recycled: nothing left
-			// to route.
-			return &peeked{skip: skipReadError}
-		}
-		defer p.buf.unpin()
-	}
-	if p.owner != nil {
-		// Another prefix_cache handler with its own chunking already
-		// routed this request; derive this instance's view afresh.
-		q := &peeked{body: p.body}
-		s.derive(r, q)
-		q.body = nil
-		return q
-	}
-	s.derive(r, p)
 	return p
 }
 
-// derive parses p.body into routing text and chunk hashes.
+// finish runs once the request is over. (It may run before any view is
+// derived, when the client left during the read: a view derived after it
+// charges nothing.)
+func (p *peeked) finish() {
+	p.replay.buf.markCtxDone()
+	p.mu.Lock()
+	p.finished = true
+	views := slices.Clone(p.views)
+	p.mu.Unlock()
+	for _, v := range views {
+		v.settle(p.repl)
+	}
+}
+
+// route returns what the policy needs to route r: the body read on the
+// first attempt (or by a model matcher before it), the view derived for
+// this instance. The view is nil when the request is not routable.
+func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
+	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
+	if p == nil {
+		p = peekRequest(r, s.MaxBody, s.BodyBudget, s.keepBody(r))
+	}
+	if p.skip != skipNone {
+		return p, nil
+	}
+	p.mu.Lock()
+	i := slices.IndexFunc(p.views, func(v *view) bool { return v.owner == s })
+	p.mu.Unlock()
+	if i >= 0 {
+		p.mu.Lock()
+		v := p.views[i]
+		p.mu.Unlock()
+		return p, v
+	}
+	if !p.buf.pin() {
+		// The request is over and its body recycled: nothing left to
+		// route on.
+		return p, &view{owner: s, skip: skipReadError}
+	}
+	v := &view{owner: s}
+	if int64(len(p.body)) > s.MaxBody {
+		v.skip = skipTooLarge // read by a matcher with a larger max_body
+	} else {
+		s.derive(r, p.body, v)
+	}
+	p.buf.unpin()
+	// This handler knows whether its retries may need the body after it
+	// was sent; a body the model matcher read waited for it to say so.
+	p.buf.setKeep(s.keepBody(r))
+	p.mu.Lock()
+	if p.finished {
+		v.charge.done = true
+	}
+	p.views = append(p.views, v)
+	p.mu.Unlock()
+	return p, v
+}
+
+// derive parses body into routing text and chunk hashes for v.
 //
 // Only the text that max_chunks chunks hold is rendered: hashing needs no
 // more, and the rest of the body is skipped rather than unescaped
-// (dialect.AppendLimit). p.textLen, the request's prompt_bytes and its
+// (dialect.AppendLimit). v.textLen, the request's prompt_bytes and its
 // charge to the byte bound, is the whole text's length, exact for texts
 // within the limit and an upper bound beyond it (escaped bytes past the
 // limit count as written). The placement key is clamped to the rendered
 // text, so a first user message ending past the limit is keyed on the
 // first max_chunks chunks.
-func (s *PrefixCacheSelection) derive(r *http.Request, p *peeked) {
-	p.owner = s
+func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
+	var tenant []byte
+	if s.Tenant != "" {
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			tenant = []byte(repl.ReplaceAll(s.Tenant, ""))
+		}
+		if len(tenant) == 0 && !s.AllowEmptyTenant {
+			v.skip = skipNoTenant
+			return
+		}
+	}
 	sc := getScratch()
 	defer putScratch(sc)
 	limit := s.MaxChunks * s.ChunkSize
@@ -124,31 +210,34 @@ func (s *PrefixCacheSelection) derive(r *http.Request, p *peeked) {
 	}
 	// Routing text is at most about as long as the body: one allocation
 	// for a large body rather than a chain of doublings.
-	size := len(p.body)
+	size := len(body)
 	if limit >= 0 {
 		size = min(size, limit+3) // AppendLimit may write 3 bytes past the limit
 	}
-	text, req, err := dialect.AppendLimit(slices.Grow(sc.text[:0], size), p.body, limit)
+	text, req, err := dialect.AppendLimit(slices.Grow(sc.text[:0], size), body, limit)
 	sc.text = text
 	switch {
 	case errors.Is(err, dialect.ErrUnknownDialect):
-		p.skip = skipDialect
+		v.skip = skipDialect
 		return
 	case err != nil:
-		p.skip = skipNotJSON
+		v.skip = skipNotJSON
 		return
 	}
-	var tenant []byte
-	if s.Tenant != "" {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-			tenant = []byte(repl.ReplaceAll(s.Tenant, ""))
-		}
-	}
 	seed := prefixindex.Seed(req.Model, req.CacheSalt, tenant)
-	p.dialect = req.Kind.String()
-	p.textLen = req.TextLen
-	p.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, min(len(text)/s.ChunkSize, s.MaxChunks)), seed, text)
-	p.placement = placementKey(seed, text[:req.Placement])
+	if s.Tenant != "" {
+		v.scope = s.state.index.Scope(tenantKey(tenant), *s.TenantShare)
+	}
+	v.dialect = req.Kind.String()
+	v.textLen = req.TextLen
+	v.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, min(len(text)/s.ChunkSize, s.MaxChunks)), seed, text)
+	v.placement = placementKey(seed, text[:req.Placement])
+}
+
+// tenantKey names a tenant's scope of the index: a hash of its value,
+// never 0 (which names no tenant), the same on every Caddy instance.
+func tenantKey(tenant []byte) uint64 {
+	return xxh3.HashSeed(tenant, 0x74656e616e74) | 1 // "tenant"
 }
 
 // placementKey names where a cold request goes: the same key on every

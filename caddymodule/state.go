@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
 
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
@@ -19,14 +21,26 @@ import (
 // the same address does not keep attracting requests for long.
 const DefaultForgetAfter = caddy.Duration(time.Minute)
 
+// MinForgetAfter is the shortest forget_after: the resolution of the
+// janitor's clock, which wakes at most every clockTick.
+const MinForgetAfter = caddy.Duration(clockTick)
+
+// clockTick is the resolution of the janitor's clock, in which upstreams'
+// last sightings are kept.
+const clockTick = 100 * time.Millisecond
+
 // states holds the learned indexes across config reloads, as Caddy's own
 // hosts and caddy-ratelimit's zones do: a config that keeps an index's
 // shape (chunk size and bound) picks up what the previous config learned,
 // because the upstreams' KV caches did not forget it either.
 var states = caddy.NewUsagePool()
 
-// sharedState is what outlives one config: the index, and the janitor that
-// forgets upstreams that left every pool.
+// evictionsRetired is the evictions of indexes already dropped, so that
+// caddy_prefix_cache_index_evictions_total never goes down.
+var evictionsRetired atomic.Uint64
+
+// sharedState is what outlives one config: the index, the per-upstream
+// load tables, and the janitor that forgets upstreams that left every pool.
 type sharedState struct {
 	key   string
 	index *prefixindex.Index
@@ -36,11 +50,15 @@ type sharedState struct {
 	inflight inflightBytes
 	uncached inflightBytes
 	prefill  prefillQueues
-	stop     chan struct{}
-	done     chan struct{}
+	// seen is, per upstream ID, the janitor's clock when the upstream was
+	// last in a pool an instance routed from or holds; clock is that
+	// clock, in ticks since start.
+	seen  [prefixindex.MaxIDs + 1]atomic.Uint32
+	clock atomic.Uint32
+	start time.Time
 
-	mu     sync.Mutex
-	absent map[string]int // consecutive sweeps an interned upstream was in no pool
+	stop chan struct{}
+	done chan struct{}
 }
 
 // Destruct stops the janitor; the index is garbage once no config refers
@@ -48,110 +66,165 @@ type sharedState struct {
 func (st *sharedState) Destruct() error {
 	close(st.stop)
 	<-st.done
+	stats := st.index.Stats()
+	evictionsRetired.Add(stats.Evictions)
+	caddy.Log().Named("prefix_cache").Info("index discarded: no config uses its shape any more",
+		zap.String("index", st.key), zap.Int("entries", stats.Entries))
 	return nil
 }
 
+// indexKey names the index of a shape.
+func indexKey(chunkSize, maxEntries int) string {
+	return fmt.Sprintf("prefix_cache/chunk_size=%d/max_entries=%d", chunkSize, maxEntries)
+}
+
 // loadState returns the index for this shape, creating it if no running
-// config has one. The janitor of a new index sweeps every forgetAfter/2,
-// so an upstream absent from two sweeps in a row is forgotten.
-func loadState(chunkSize, maxEntries int, forgetAfter time.Duration) (*sharedState, error) {
-	key := fmt.Sprintf("prefix_cache/chunk_size=%d/max_entries=%d", chunkSize, maxEntries)
-	v, _, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
+// config has one, and whether it existed.
+func loadState(chunkSize, maxEntries int) (*sharedState, bool, error) {
+	key := indexKey(chunkSize, maxEntries)
+	v, loaded, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
 		ix, err := prefixindex.New(prefixindex.Config{MaxEntries: maxEntries})
 		if err != nil {
 			return nil, fmt.Errorf("creating prefix index: %w", err)
 		}
 		st := &sharedState{
-			key:    key,
-			index:  ix,
-			stop:   make(chan struct{}),
-			done:   make(chan struct{}),
-			absent: map[string]int{},
+			key:   key,
+			index: ix,
+			start: time.Now(),
+			stop:  make(chan struct{}),
+			done:  make(chan struct{}),
 		}
-		go st.janitor(forgetAfter / 2)
+		st.clock.Store(1) // 0 in seen means never
+		go st.janitor()
 		return st, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return v.(*sharedState), nil
+	return v.(*sharedState), loaded, nil
 }
 
-// janitor sweeps every interval until the state is destroyed.
-func (st *sharedState) janitor(interval time.Duration) {
+// now is the janitor's clock, for marking upstreams seen.
+func (st *sharedState) now() uint32 { return st.clock.Load() }
+
+// markSeen records that id is in a pool now.
+func (st *sharedState) markSeen(id prefixindex.ID, now uint32) {
+	if st.seen[id].Load() != now {
+		st.seen[id].Store(now)
+	}
+}
+
+// janitor forgets upstreams absent from every pool for forget_after, until
+// the state is destroyed. It wakes a few times per forget_after of the
+// live instances that share the state (re-read at every wake, so a reload
+// that changes forget_after takes effect at once).
+func (st *sharedState) janitor() {
 	defer close(st.done)
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	timer := time.NewTimer(clockTick)
+	defer timer.Stop()
 	for {
 		select {
 		case <-st.stop:
 			return
-		case <-ticker.C:
-			st.sweep()
+		case <-timer.C:
 		}
+		forgetAfter, ok := st.sweep()
+		wait := time.Duration(forgetAfter) / 4
+		if !ok {
+			wait = time.Duration(DefaultForgetAfter) / 4
+		}
+		timer.Reset(min(max(wait, clockTick), 10*time.Second))
 	}
 }
 
-// sweep forgets the upstreams that were in no live instance's pool at
-// this sweep and the one before. It forgets nothing while some instance of
-// this index has not routed a request yet, since its pool is unknown (just
-// after a reload, say).
-func (st *sharedState) sweep() {
-	present, known := st.pools()
-	if !known {
-		return
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, name := range st.index.Names() {
-		if present[name] {
-			delete(st.absent, name)
-			continue
-		}
-		st.absent[name]++
-		if st.absent[name] >= 2 {
-			st.index.Forget(name)
-			delete(st.absent, name)
-			eachInstance(func(s *PrefixCacheSelection) {
-				if s.state == st {
-					s.upstreams.invalidate()
-				}
-			})
-		}
-	}
-}
-
-// pools returns the Dials in the last pool of every live instance that
-// uses this state, and whether every such instance has seen a pool.
-func (st *sharedState) pools() (map[string]bool, bool) {
-	present := map[string]bool{}
-	known := true
+// sweep advances the clock, marks as seen every upstream in a live
+// instance's pool, and forgets every interned upstream not seen for the
+// longest forget_after of the live instances. It returns the shortest
+// forget_after, to set the next wake, and false when no live instance
+// uses the state.
+func (st *sharedState) sweep() (shortest caddy.Duration, ok bool) {
+	now := uint32(time.Since(st.start)/clockTick) + 1
+	st.clock.Store(now)
+	var longest caddy.Duration
+	var users []*PrefixCacheSelection
 	eachInstance(func(s *PrefixCacheSelection) {
 		if s.state != st {
 			return
 		}
-		pool := s.lastPool.Load()
-		if pool == nil {
-			known = false
-			return
+		users = append(users, s)
+		longest = max(longest, s.ForgetAfter)
+		if !ok || s.ForgetAfter < shortest {
+			shortest = s.ForgetAfter
 		}
-		for _, u := range *pool {
-			present[u.Dial] = true
+		ok = true
+		for _, dial := range s.knownDials() {
+			if id, known := st.index.ID(dial); known {
+				st.markSeen(id, now)
+			}
 		}
 	})
-	return present, known
+	if !ok {
+		return 0, false
+	}
+	limit := uint32(time.Duration(longest) / clockTick)
+	for _, name := range st.index.Names() {
+		id, known := st.index.ID(name)
+		if !known {
+			continue
+		}
+		seen := st.seen[id].Load()
+		if seen == 0 {
+			// Interned since the last sweep by a path that did not
+			// mark it: count it as seen now.
+			st.markSeen(id, now)
+			continue
+		}
+		if now-seen <= limit {
+			continue
+		}
+		owned := st.index.Owned()[name]
+		st.index.Forget(name)
+		st.seen[id].Store(0)
+		for _, s := range users {
+			s.upstreams.invalidate()
+		}
+		caddy.Log().Named("prefix_cache").Info("forgot an upstream absent from every pool",
+			zap.String("index", st.key), zap.String("upstream", name),
+			zap.Int("entries", owned), zap.Duration("forget_after", time.Duration(longest)))
+	}
+	return shortest, true
+}
+
+// knownDials returns the Dials of the instance's upstreams that the
+// janitor can see without a request: its last pool, or, before its first
+// request, the static upstreams of its reverse_proxy handler.
+func (s *PrefixCacheSelection) knownDials() []string {
+	if pool := s.lastPool.Load(); pool != nil {
+		dials := make([]string, len(*pool))
+		for i, u := range *pool {
+			dials[i] = u.Dial
+		}
+		return dials
+	}
+	return s.staticDials
 }
 
 // instances are the provisioned policies of the running configs, for the
-// janitor, the metrics and the admin API.
+// janitor, the metrics and the admin API, in the order they were
+// provisioned. Each has an ID that no other instance of the process ever
+// had, so that the admin API's ?instance=N names the same policy while two
+// configs overlap during a reload.
 var instances struct {
 	sync.Mutex
-	list []*PrefixCacheSelection
+	list   []*PrefixCacheSelection
+	lastID uint64
 }
 
 func addInstance(s *PrefixCacheSelection) {
 	instances.Lock()
 	defer instances.Unlock()
+	instances.lastID++
+	s.id = instances.lastID
 	instances.list = append(instances.list, s)
 }
 

@@ -62,6 +62,36 @@ func (c *upstreamCache) table(ix *prefixindex.Index, pool reverseproxy.UpstreamP
 	return t
 }
 
+// peek is table without side effects, for a dry run: the cached table if
+// it describes pool, else one built from the IDs ix already has, with 0
+// for the upstreams it has never interned. Neither interns a name.
+func (c *upstreamCache) peek(ix *prefixindex.Index, pool reverseproxy.UpstreamPool) *upstreamTable {
+	if t := c.cur.Load(); t != nil && t.ix == ix && len(t.dials) == len(pool) {
+		same := true
+		for i, u := range pool {
+			if u.Dial != t.dials[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return t
+		}
+	}
+	t := &upstreamTable{
+		ix:    ix,
+		dials: make([]string, len(pool)),
+		ids:   make([]prefixindex.ID, len(pool)),
+		keys:  make([]uint64, len(pool)),
+	}
+	for i, u := range pool {
+		t.dials[i] = u.Dial
+		t.keys[i] = xxh3.HashString(u.Dial)
+		t.ids[i], _ = ix.ID(u.Dial)
+	}
+	return t
+}
+
 // invalidate drops the cached table, so that the next call to table
 // interns every upstream afresh. Call it after Index.Forget.
 func (c *upstreamCache) invalidate() { c.cur.Store(nil) }
