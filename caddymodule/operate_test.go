@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,7 +46,8 @@ func scrape(t *testing.T, admin string, prefixes ...string) map[string]float64 {
 
 type adminStats struct {
 	Instances []struct {
-		Entries   int `json:"entries"`
+		Instance  uint64 `json:"instance"`
+		Entries   int    `json:"entries"`
 		Upstreams []struct {
 			Dial          string `json:"dial"`
 			Owned         int    `json:"owned_entries"`
@@ -203,6 +206,9 @@ func TestPlaceholders(t *testing.T) {
 		{"match reason", second, "reason", "match"},
 		{"fallback reason", skipped, "reason", "fallback"},
 		{"skip cause", skipped, "skip", "content_type"},
+		{"fallback upstream", skipped, "upstream", addrs[skipped.Get("X-Backend")]},
+		{"fallback dialect", skipped, "dialect", ""},
+		{"routed skip", second, "skip", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -343,5 +349,204 @@ func TestRemovedUpstreamIsForgotten(t *testing.T) {
 			t.Fatalf("%s still indexed 10s after it left the config: %v", gone, indexed)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+}
+
+// Instances keep their number across a reload's overlap: the old config's
+// number is gone afterwards (404, not another instance), the new one has
+// a number never used before, and stats name every option.
+func TestAdminInstanceNumbersAreStable(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
+	before := getStats(t, admin).Instances[0].Instance
+	reload(t, admin, proxySite(port, bs, "", "load_allowance 8"))
+	after := getStats(t, admin).Instances
+	if len(after) != 1 || after[0].Instance == before {
+		t.Fatalf("after a reload: instances %+v, want one with a new number (was %d)", after, before)
+	}
+	for _, tt := range []struct {
+		instance uint64
+		want     int
+	}{{before, http.StatusNotFound}, {after[0].Instance, http.StatusOK}} {
+		resp, err := http.Post(fmt.Sprintf("%s/prefix_cache/flush?instance=%d", admin, tt.instance), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("flush?instance=%d = %d, want %d", tt.instance, resp.StatusCode, tt.want)
+		}
+	}
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Instances []map[string]any `json:"instances"`
+	}
+	json.NewDecoder(resp.Body).Decode(&raw)
+	resp.Body.Close()
+	for _, key := range []string{"cold_load_factor", "tenant", "tenant_share", "allow_empty_tenant", "fallback", "forget_after", "max_body", "body_budget", "max_chunks", "prefill_rate", "body_kept_for_retries"} {
+		if _, ok := raw.Instances[0][key]; !ok {
+			t.Errorf("stats has no %q", key)
+		}
+	}
+	if got := raw.Instances[0]["fallback"]; got != "least_conn" {
+		t.Errorf("stats fallback = %v, want least_conn", got)
+	}
+}
+
+// A dry run changes nothing, not even the upstreams' IDs, and refuses a
+// body larger than it reads instead of routing on its first 64 MiB.
+func TestAdminDryRunChangesNothing(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
+	// A request the policy does not route on: the pool is known, no
+	// upstream interned.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/models", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(admin+"/prefix_cache/dry_run", "application/json", bytes.NewReader(chat("sys", "dry")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := getStats(t, admin).Instances[0].Indexed; len(got) != 0 {
+		t.Errorf("after a dry run, indexed upstreams = %v, want none", got)
+	}
+	big := io.MultiReader(strings.NewReader(`{"model":"m","prompt":"`), io.LimitReader(zeros{}, 64<<20), strings.NewReader(`"}`))
+	resp, err = http.Post(admin+"/prefix_cache/dry_run", "application/json", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("dry run of a body over 64 MiB = %d, want 413", resp.StatusCode)
+	}
+}
+
+// zeros reads as endless '0' bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
+}
+
+// /prefix_cache/forget forgets one upstream: its entries go, the others
+// keep theirs.
+func TestAdminForgetOneUpstream(t *testing.T) {
+	bs := newBackends(t, 3)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	for c := range 12 {
+		post(t, http.DefaultClient, url, chat("sys", words(fmt.Sprintf("forget-one%d", c), 200)))
+	}
+	indexed := getStats(t, admin).Instances[0].Indexed
+	if len(indexed) != 3 {
+		t.Fatalf("indexed = %v, want 3 upstreams", indexed)
+	}
+	gone := bs[0].addr()
+	resp, err := http.Post(admin+"/prefix_cache/forget?upstream="+gone, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Forgotten int `json:"forgotten_entries"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if out.Forgotten != indexed[gone] {
+		t.Errorf("forgotten_entries = %d, want the %d it owned", out.Forgotten, indexed[gone])
+	}
+	after := getStats(t, admin).Instances[0].Indexed
+	if _, ok := after[gone]; ok || len(after) != 2 {
+		t.Errorf("after forgetting %s: indexed = %v, want the other 2", gone, after)
+	}
+	for _, b := range bs[1:] {
+		if after[b.addr()] != indexed[b.addr()] {
+			t.Errorf("%s owns %d entries after another was forgotten, want %d", b.addr(), after[b.addr()], indexed[b.addr()])
+		}
+	}
+}
+
+// caddy_prefix_cache_index_evictions_total is a counter: it never goes
+// down, also when a reload drops an index that had evicted.
+func TestEvictionsNeverGoDown(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", "max_entries 64"))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	for c := range 8 {
+		post(t, http.DefaultClient, url, chat(words(fmt.Sprintf("evict%d", c), 400), "hi"))
+	}
+	const key = "caddy_prefix_cache_index_evictions_total"
+	before := scrape(t, admin, key)[key]
+	if before == 0 {
+		t.Fatal("no evictions: the test did not fill its index")
+	}
+	reload(t, admin, proxySite(port, bs, "", "max_entries 128")) // another shape: the old index is dropped
+	if after := scrape(t, admin, key)[key]; after < before {
+		t.Errorf("%s went from %v to %v across a reload", key, before, after)
+	}
+}
+
+// The placeholders reach the access log through log_append, for routed
+// and fallback requests alike.
+func TestPlaceholdersInAccessLog(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	logFile := filepath.Join(t.TempDir(), "access.log")
+	startCaddy(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	reverse_proxy %s %s {
+		lb_policy prefix_cache
+	}
+	log_append prefix_cache_reason {http.reverse_proxy.prefix_cache.reason}
+	log_append prefix_cache_upstream {http.reverse_proxy.prefix_cache.upstream}
+	log_append prefix_cache_skip {http.reverse_proxy.prefix_cache.skip}
+	log {
+		output file %s
+		format json
+	}
+}
+`, port, bs[0].addr(), bs[1].addr(), logFile))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	post(t, http.DefaultClient, url, chat("sys", "routed"))
+	resp, err := http.Post(url, "text/html", strings.NewReader("<html>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var lines []map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for len(lines) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("access log has %d lines, want 2", len(lines))
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, bounded by the deadline
+		data, _ := os.ReadFile(logFile)
+		lines = nil
+		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			var m map[string]any
+			if json.Unmarshal(l, &m) == nil {
+				lines = append(lines, m)
+			}
+		}
+	}
+	dials := map[string]bool{bs[0].addr(): true, bs[1].addr(): true}
+	for i, want := range []struct{ reason, skip string }{{"cold", ""}, {"fallback", "content_type"}} {
+		l := lines[i]
+		if l["prefix_cache_reason"] != want.reason || l["prefix_cache_skip"] != want.skip || !dials[fmt.Sprint(l["prefix_cache_upstream"])] {
+			t.Errorf("access log line %d: reason %v, skip %v, upstream %v; want %s, %q and a backend", i, l["prefix_cache_reason"], l["prefix_cache_skip"], l["prefix_cache_upstream"], want.reason, want.skip)
+		}
 	}
 }

@@ -181,6 +181,7 @@ func FuzzPeek(f *testing.F) {
 		s := fuzzSelection(1+int64(maxBody), 8, 64)
 
 		p, pv := s.route(r)
+		defer endRequest(p)
 		v := routed(p, pv)
 		if client.closed {
 			t.Fatal("route closed the client's body")
@@ -269,6 +270,7 @@ func FuzzPeek(f *testing.F) {
 		if v != nil {
 			r2 := fuzzRequest(method, &fuzzBody{data: orig, step: len(orig)}, int64(len(orig)), header)
 			q := routed(s.route(r2))
+			endRequest(caddyhttpVar(r2))
 			if q == nil || !slices.Equal(q.hashes, v.hashes) || q.placement != v.placement || q.dialect != v.dialect {
 				t.Fatalf("reading the body again gave %+v, first %#x %#x %s", q, v.hashes, v.placement, v.dialect)
 			}
@@ -341,6 +343,7 @@ func routeBody(s *PrefixCacheSelection, body []byte, tenant string) *view {
 		"X-Tenant":     {tenant},
 	})
 	p, v := s.route(r)
+	endRequest(p)
 	if v == nil {
 		return &view{skip: p.skip}
 	}
@@ -498,4 +501,10 @@ func TestReadBodyGrowsWithBytesReceived(t *testing.T) {
 			}
 		}
 	}
+}
+
+// caddyhttpVar returns the policy's record of r.
+func caddyhttpVar(r *http.Request) *peeked {
+	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
+	return p
 }
