@@ -353,3 +353,55 @@ func TestLocalTLSLeavesTrustStore(t *testing.T) {
 		t.Errorf("local-tls.Caddyfile: pki local install_trust = %v, want false (skip_install_trust)", got)
 	}
 }
+
+// TestREADMEExample checks that the README's example Caddyfile (the first
+// caddy block of its Examples section) adapts to the reverse_proxy handler
+// of the JSON block that follows it, and that it has what
+// TestSurvivesDeadReplica asks of the shipped files.
+func TestREADMEExample(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	i := strings.Index(s, "\n## Examples\n")
+	if i < 0 {
+		t.Fatal("README has no Examples section")
+	}
+	s = s[i:]
+	block := func(lang string) string {
+		start := strings.Index(s, "```"+lang+"\n")
+		if start < 0 {
+			t.Fatalf("no %s block in the README's Examples section", lang)
+		}
+		start += len(lang) + 4
+		end := strings.Index(s[start:], "```")
+		return s[start : start+end]
+	}
+	caddyBlock, jsonBlock := block("caddy"), block("json")
+	if got := caddyfile.Format([]byte(caddyBlock)); string(got) != caddyBlock {
+		t.Errorf("the README's example Caddyfile is not formatted:\n%s", lineDiff([]byte(caddyBlock), got))
+	}
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyBlock), map[string]any{"filename": "README.md"})
+	if err != nil {
+		t.Fatalf("adapting the README's example: %v", err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	proxies := prefixCacheProxies(cfg)
+	if len(proxies) != 1 {
+		t.Fatalf("the README's example has %d prefix_cache proxies, want 1", len(proxies))
+	}
+	var want map[string]any
+	if err := json.Unmarshal([]byte(jsonBlock), &want); err != nil {
+		t.Fatalf("the README's JSON example: %v", err)
+	}
+	got, _ := json.Marshal(proxies[0])
+	wantJSON, _ := json.Marshal(want)
+	if !bytes.Equal(got, wantJSON) {
+		t.Errorf("the README's Caddyfile adapts to\n%s\nbut its JSON says\n%s", got, wantJSON)
+	}
+	checkRoutingExposure(t, cfg)
+}

@@ -69,6 +69,10 @@ func (e *engine) serve(ln net.Listener) {
 		e.mu.Unlock()
 		e.changed.notify()
 	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"test-model","object":"model"}]}`)
+	})
 	mux.HandleFunc("POST /v1/chat/completions", e.chat)
 	srv := &http.Server{Handler: mux}
 	e.mu.Lock()
