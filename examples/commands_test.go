@@ -3,6 +3,7 @@ package examples_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -264,6 +265,15 @@ func TestCommands(t *testing.T) {
 					sh.run(c)
 				case strings.HasPrefix(c, "caddy run ") && f == "local-tls.Caddyfile":
 					sh.start(c)
+					// Caddy's CA issues the site's certificate in the
+					// background, after the admin API is up.
+					poll(t, 60*time.Second, "a certificate on localhost:8443", func() bool {
+						conn, err := tls.Dial("tcp", "127.0.0.1:8443", &tls.Config{ServerName: "localhost", InsecureSkipVerify: true})
+						if err == nil {
+							conn.Close()
+						}
+						return err == nil
+					})
 				case strings.HasPrefix(c, "caddy run "):
 					t.Logf("not run: %s (needs the domain's DNS and a certificate from an ACME CA)", c)
 				case strings.HasPrefix(c, "curl "):
