@@ -17,8 +17,11 @@ import (
 	"github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
 )
 
-// Response headers set by the Caddyfile's header_down lines, read by the
-// client to attribute each request to an upstream.
+// Response headers that AdaptCaddyfile adds to every reverse_proxy
+// handler, read by the client to attribute each request to an upstream.
+// The shipped Caddyfiles never send them to clients (a client that reads
+// the routing reason learns which prefixes other clients sent); the
+// benchmark's client is the operator.
 const (
 	UpstreamHeader = "X-Upstream"
 	ReasonHeader   = "X-Prefix-Cache"
@@ -66,7 +69,8 @@ func (p *Proxy) Stop() error {
 // AdaptCaddyfile expands the environment placeholders {$NAME} and
 // {$NAME:default} of caddyfile whose NAME is in vars (others are left to
 // Caddy), adapts it to JSON, sets the selection policy of every
-// reverse_proxy handler to p's, and makes the configuration quiet and
+// reverse_proxy handler to p's and makes it answer with the UpstreamHeader
+// and ReasonHeader headers, and makes the configuration quiet and
 // self-contained: admin API off, no config persistence, error-level logs.
 //
 // The engines run timeScale wall seconds per simulated second, and
@@ -109,13 +113,32 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScal
 }
 
 // patchProxies sets the selection policy of every reverse_proxy handler
-// under v to policy (if not nil) and returns how many it found.
+// under v to policy (if not nil), makes each set the UpstreamHeader and
+// ReasonHeader response headers (as `header_down` would), and returns how
+// many it found.
 func patchProxies(v any, policy any) int {
 	n := 0
 	switch v := v.(type) {
 	case map[string]any:
 		if v["handler"] == "reverse_proxy" {
 			n++
+			headers, _ := v["headers"].(map[string]any)
+			if headers == nil {
+				headers = map[string]any{}
+				v["headers"] = headers
+			}
+			response, _ := headers["response"].(map[string]any)
+			if response == nil {
+				response = map[string]any{}
+				headers["response"] = response
+			}
+			set, _ := response["set"].(map[string]any)
+			if set == nil {
+				set = map[string]any{}
+				response["set"] = set
+			}
+			set[UpstreamHeader] = []any{"{http.reverse_proxy.upstream.hostport}"}
+			set[ReasonHeader] = []any{"{http.reverse_proxy.prefix_cache.reason}"}
 			if policy != nil {
 				lb, _ := v["load_balancing"].(map[string]any)
 				if lb == nil {

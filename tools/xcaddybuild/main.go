@@ -6,7 +6,8 @@
 //
 // (run from tools/xcaddybuild, its own module, so that xcaddy never
 // becomes a dependency of the plugin: `cd tools/xcaddybuild && go run .
-// -manifest ../../xcaddy.json -o ../../caddy`; the repo's scripts do this.)
+// -manifest ../../xcaddy.json -o ../../caddy`.) CI builds with the README's
+// xcaddy command instead and runs this with -check on the result.
 //
 // The manifest uses xcaddy's own Builder field names (caddy_version,
 // plugins, replacements, build_flags, ...) plus "modules": the Caddy module

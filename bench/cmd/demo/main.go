@@ -4,9 +4,12 @@
 // shared-prefix chat workload through Caddy twice, once with round_robin
 // and once with prefix_cache, at a request rate where round robin
 // saturates the fleet. It prints the table of token hit rates and time to
-// first token.
+// first token. It says on stderr what it is doing at each stage.
 //
 //	go run ./bench/cmd/demo
+//
+// The first run compiles Caddy and its modules, which takes a few minutes;
+// go run says nothing meanwhile.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/bench/driver"
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
@@ -45,7 +49,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	caddyfile, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
+	caddyfilePath := filepath.Join(root, "Caddyfile.example")
+	caddyfile, err := os.ReadFile(caddyfilePath)
 	if err != nil {
 		return err
 	}
@@ -54,31 +59,48 @@ func run() error {
 		return err
 	}
 	ecfg := engine.DefaultConfig()
-	cfg := driver.Config{
-		Engines:   engines,
-		Engine:    ecfg,
-		Caddyfile: caddyfile,
-		Policies:  policies,
-		QPS:       []float64{qps},
-		Progress:  os.Stderr,
-	}
 
 	// Groups of prompts sharing a system prompt, sized so that their
 	// working set fills 73% of the fleet's KV caches: a replica can hold
 	// its share of the groups, not all of them.
+	say("generating the workload")
 	kvTokens := engines * ecfg.KVBlocks * ecfg.BlockSize
 	w, err := workload.LLMDSharedPrefix(kvTokens, 0.73, requests, 1).Generate()
 	if err != nil {
 		return err
 	}
 	w.Model = ecfg.Model
+	say("%s; %d requests at %g/s, through Caddy configured from %s", w.Description, w.Requests(), float64(qps), caddyfilePath)
 
-	fmt.Fprintf(os.Stderr, "demo: %d simulated engines behind Caddy (%s), %s, %g requests/s\n",
-		engines, filepath.Join(root, "Caddyfile.example"), w.Description, float64(qps))
-	res, err := driver.Benchmark(ctx, cfg, w)
-	if err != nil {
-		return err
+	// One policy at a time, so that each stage can be announced; each
+	// run gets fresh engines and a freshly loaded Caddy either way.
+	res := &driver.Result{}
+	expected := time.Duration(float64(w.Requests()) / qps * ecfg.TimeScale * float64(time.Second))
+	for i, p := range policies {
+		say("[%d/%d] %s: starting %d simulated engines, loading Caddy with lb_policy %s, replaying %d requests (about %v)",
+			i+1, len(policies), p.Name, engines, p.Name, w.Requests(), expected.Round(time.Second))
+		cfg := driver.Config{
+			Engines:   engines,
+			Engine:    ecfg,
+			Caddyfile: caddyfile,
+			Policies:  []driver.Policy{p},
+			QPS:       []float64{qps},
+			Progress:  os.Stderr,
+		}
+		stopTicking := tick(fmt.Sprintf("[%d/%d] %s", i+1, len(policies), p.Name), expected)
+		r, err := driver.Benchmark(ctx, cfg, w)
+		stopTicking()
+		if err != nil {
+			return err
+		}
+		if i == 0 { // the workload's upper bound comes with the first
+			*res = *r
+		} else {
+			res.Runs = append(res.Runs, r.Runs...)
+		}
 	}
+
+	say("results")
 	fmt.Println()
 	if err := report.Markdown(os.Stdout, []*driver.Result{res}); err != nil {
 		return err
@@ -89,4 +111,31 @@ func run() error {
 			100*pc.HitRate, 100*rr.HitRate, 1000*pc.TTFT.P90, 1000*rr.TTFT.P90)
 	}
 	return nil
+}
+
+// say prints a stage line on stderr.
+func say(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "demo: "+format+"\n", args...)
+}
+
+// tick prints how long the stage has run every 5 seconds until the
+// returned function is called.
+func tick(stage string, expected time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t0 := time.Now()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				say("%s: %v of about %v", stage, time.Since(t0).Round(time.Second), expected.Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

@@ -1,0 +1,94 @@
+package examples_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// operatorLines are the commented-out lines of Caddyfile.example that
+// send the routing headers to operators only.
+var operatorLines = regexp.MustCompile(`(?m)^(\t+)# ((?:@operators|header @operators) .*)$`)
+
+// TestOperatorHeaders uncomments the operator lines of Caddyfile.example,
+// as its comment says to, and checks that a client from an operator's
+// address (127.0.0.1) gets the routing headers and any other (127.0.0.2)
+// gets neither.
+func TestOperatorHeaders(t *testing.T) {
+	src, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(operatorLines.FindAll(src, -1)); n != 3 {
+		t.Fatalf("Caddyfile.example has %d commented operator lines, want 3 (the matcher and two headers)", n)
+	}
+	src = operatorLines.ReplaceAll(src, []byte("$1$2"))
+
+	e := startEngine(t, "e0")
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	runCaddyfile(t, src, map[string]string{"UPSTREAMS": e.addr, "LISTEN": ":" + port, "BIND": "127.0.0.1"})
+	url := "http://127.0.0.1:" + port
+
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return d.DialContext(ctx, network, addr)
+			},
+		}}
+	}
+	tests := []struct {
+		from     string
+		upstream string // want X-Upstream
+		reason   bool   // want an X-Prefix-Cache reason
+	}{
+		{"127.0.0.1", e.addr, true},
+		{"127.0.0.2", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.from, func(t *testing.T) {
+			c := newConversation(0)
+			for _, o := range c.turn(from(tt.from), url) {
+				if o.err != nil {
+					t.Fatalf("request from %s: %v", tt.from, o.err)
+				}
+				if got := o.header.Get("X-Upstream"); got != tt.upstream {
+					t.Errorf("from %s: X-Upstream = %q, want %q", tt.from, got, tt.upstream)
+				}
+				reason := o.header.Get("X-Prefix-Cache")
+				if tt.reason && (reason == "" || strings.Contains(reason, "{")) {
+					t.Errorf("from %s: X-Prefix-Cache = %q, want a routing reason", tt.from, reason)
+				}
+				if !tt.reason && reason != "" {
+					t.Errorf("from %s: X-Prefix-Cache = %q, want none", tt.from, reason)
+				}
+			}
+		})
+	}
+}
+
+// TestUnsetUpstreams checks what Caddyfile.example's comment says of a
+// `caddy run` or `caddy reload` without UPSTREAMS in its environment:
+// no upstream, and every request fails with 503 instead of going to some
+// default address.
+func TestUnsetUpstreams(t *testing.T) {
+	if old, ok := os.LookupEnv("UPSTREAMS"); ok {
+		os.Unsetenv("UPSTREAMS")
+		t.Cleanup(func() { os.Setenv("UPSTREAMS", old) })
+	}
+	src, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	runCaddyfile(t, src, map[string]string{"LISTEN": ":" + port, "BIND": "127.0.0.1"})
+	o := newConversation(0).send(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:"+port)
+	if o.err == nil || !strings.HasPrefix(o.err.Error(), "status 503") {
+		t.Errorf("request without UPSTREAMS: %v, want status 503", o.err)
+	}
+}
