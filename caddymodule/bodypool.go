@@ -9,7 +9,8 @@ import (
 // Body buffers are recycled through size-classed pools: allocating a
 // buffer of the body's size for every request, and collecting it, was a
 // large part of what the policy cost Caddy per byte (docs/overhead.md).
-// Each buffer in use is charged to the body budget (budget.go).
+// Every buffer counts against the body budget from its allocation until
+// the garbage collector frees it (budget.go).
 //
 // A buffer goes back to its pool as soon as nothing can read it any more
 // (reuse.go says when Caddy can ask for the body again):
@@ -63,8 +64,7 @@ func classOf(n int) int {
 }
 
 // capacityFor returns the capacity a buffer for n bytes has: its class's
-// size, or n itself beyond the largest class. It is what the buffer is
-// charged.
+// size, or n itself beyond the largest class.
 func capacityFor(n int) int {
 	if c := classOf(n); c >= 0 {
 		return classSize(c)
@@ -75,9 +75,9 @@ func capacityFor(n int) int {
 // bodyBuf is one request's body buffer and the state that decides when it
 // returns to its pool.
 type bodyBuf struct {
-	b       []byte // len 0 in the pool; cap is classSize(class), or anything when class < 0
-	class   int
-	charged int64 // bytes of the body budget this buffer holds while in use
+	b     []byte // len 0 in the pool; cap is classSize(class), or anything when class < 0
+	class int
+	inUse int64 // bytes counted in bodyInUse while a request holds it
 
 	mu       sync.Mutex
 	keep     bool // a retry may ask for the body again after it was sent
@@ -87,30 +87,54 @@ type bodyBuf struct {
 	released bool
 }
 
-// getBodyBuf returns a buffer with room for at least n bytes, charged to
-// the body budget, or nil if its capacity does not fit within budget.
+// getBodyBuf returns a buffer with room for at least n bytes: one from the
+// pool, else a new one if it fits within budget (budget.go), else one from
+// the pool of a larger class (up to four times the size), else nil.
 func getBodyBuf(n int, budget int64) *bodyBuf {
-	capacity := capacityFor(n)
-	if !chargeBody(int64(capacity), budget) {
-		return nil
-	}
 	c := classOf(n)
 	if c < 0 {
-		return &bodyBuf{b: make([]byte, 0, n), class: -1, charged: int64(capacity), keep: true}
+		b := allocBody(n, budget)
+		if b == nil {
+			return nil
+		}
+		return inUse(&bodyBuf{b: b, class: -1})
 	}
-	bb, ok := bodyPools[c].Get().(*bodyBuf)
-	if !ok {
-		bb = &bodyBuf{b: make([]byte, 0, classSize(c)), class: c}
+	if bb, ok := bodyPools[c].Get().(*bodyBuf); ok {
+		return inUse(bb)
 	}
-	bb.charged, bb.keep = int64(capacity), true
+	if b := allocBody(classSize(c), budget); b != nil {
+		return inUse(&bodyBuf{b: b, class: c})
+	}
+	if bb := pooledFrom(c + 1); bb != nil {
+		return inUse(bb)
+	}
+	return nil
+}
+
+// pooledFrom returns an idle buffer of class c or a larger one, up to four
+// times the size, or nil: what the budget has room for when no new
+// buffer fits.
+func pooledFrom(c int) *bodyBuf {
+	for larger := c; larger < min(c+9, numClasses); larger++ {
+		if bb, ok := bodyPools[larger].Get().(*bodyBuf); ok {
+			return bb
+		}
+	}
+	return nil
+}
+
+// inUse counts bb as held by a request from now on.
+func inUse(bb *bodyBuf) *bodyBuf {
+	bb.inUse = int64(cap(bb.b))
+	bodyInUse.Add(bb.inUse)
+	bb.keep = true
 	return bb
 }
 
-// put returns a buffer nobody else has seen to its pool and its charge to
-// the budget.
+// put returns a buffer nobody else has seen to its pool.
 func (bb *bodyBuf) put() {
-	unchargeBody(bb.charged)
-	bb.charged = 0
+	bodyInUse.Add(-bb.inUse)
+	bb.inUse = 0
 	if bb.class < 0 {
 		return
 	}
@@ -184,8 +208,8 @@ func (bb *bodyBuf) maybeRelease() {
 		return
 	}
 	bb.released = true
-	unchargeBody(bb.charged)
-	bb.charged = 0
+	bodyInUse.Add(-bb.inUse)
+	bb.inUse = 0
 	if bb.class < 0 {
 		bb.b = nil
 		return

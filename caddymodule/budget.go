@@ -2,38 +2,42 @@ package caddymodule
 
 import (
 	"math"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 )
 
-// The body budget bounds the bytes that every prefix_cache policy of the
-// process holds in request-body buffers at once, whatever the traffic:
+// The body budget bounds the memory that the request-body buffers (and
+// the routing-text buffers rendered from them, scratch.go) of every
+// prefix_cache policy of the process take, whatever the traffic:
 // many concurrent long prompts, clients that declare large bodies and
-// trickle them, uploads that stall. A buffer is charged its whole
-// capacity (the pool's size class, so the pool's rounding is counted)
-// before it is allocated or taken from the pool, and uncharged when it
-// goes back. A request whose body would take the held bytes past the
-// budget is not read at all when its Content-Length says so, and stops
-// being read, replaying what it sent, when a chunked or trickling body
-// gets there; either way it goes to the fallback policy, body untouched
-// (skip reason "budget").
-//
-// Idle buffers in the pool are not charged: sync.Pool drops them within
-// two garbage collections.
+// trickle them, uploads that stall. It counts every buffer from its
+// allocation until the garbage collector frees it (a runtime cleanup
+// gives it back): in use by a request, idle in the pool, or dropped by the
+// pool and not yet collected, at its allocated size (the size class, so
+// the pool's rounding is counted). A buffer is allocated only if it fits;
+// one from the pool costs nothing new. A request whose declared body
+// would not fit beside the bytes in use is not read at all; one that
+// reaches the budget while it arrives stops being read, its bytes are
+// replayed, and the rest streams as it comes. Either way it goes to the
+// fallback policy, body untouched (skip reason "budget").
 
 // DefaultBodyBudgetFraction is the share of the process's memory limit
-// (GOMEMLIMIT, which Caddy sets from the container's cgroup limit) that
-// the body budget takes by default: a quarter leaves the rest to Caddy's
-// own buffers, TLS and HTTP/2 state, the index and the garbage collector's
-// headroom.
-const DefaultBodyBudgetFraction = 0.25
+// (GOMEMLIMIT; Caddy's main sets it to 90% of the container's cgroup
+// limit, or of the machine's memory) that the body budget takes by
+// default, up to DefaultBodyBudgetMax: an eighth leaves the rest to
+// Caddy's own buffers, TLS and HTTP/2 state, the index and the garbage
+// collector's headroom (the heap may grow to twice what is live before a
+// collection).
+const DefaultBodyBudgetFraction = 0.125
 
-// DefaultBodyBudgetNoLimit is the default body budget when the process has
-// no memory limit: 256 MiB, 64 default-max_body requests at once, or a
-// thousand 256 KiB agent contexts. Buffers are held only while a request
-// is read and sent to its engine (see reuse.go), not while its response
-// streams, so this is rarely reached.
-const DefaultBodyBudgetNoLimit = 256 << 20
+// DefaultBodyBudgetMax caps the default body budget, and is the default
+// without a memory limit: 256 MiB is 64 bodies of the default max_body at
+// once, or a thousand 256 KiB agent contexts. Buffers are held only while
+// a request is read and sent to its engine (reuse.go), not while its
+// response streams, so legitimate traffic rarely reaches it; a burst
+// beyond it is served through the fallback policy rather than held.
+const DefaultBodyBudgetMax = 256 << 20
 
 // minBodyBudget keeps a derived default useful under a tiny memory limit.
 const minBodyBudget = 16 << 20
@@ -42,27 +46,30 @@ const minBodyBudget = 16 << 20
 func defaultBodyBudget() int64 {
 	limit := debug.SetMemoryLimit(-1) // reads the limit without changing it
 	if limit <= 0 || limit == math.MaxInt64 {
-		return DefaultBodyBudgetNoLimit
+		return DefaultBodyBudgetMax
 	}
-	return max(int64(float64(limit)*DefaultBodyBudgetFraction), minBodyBudget)
+	return min(max(int64(float64(limit)*DefaultBodyBudgetFraction), minBodyBudget), DefaultBodyBudgetMax)
 }
 
-// bodyHeld is the bytes of body buffers held by requests of the process.
-var bodyHeld atomic.Int64
+// bodyAllocated is the bytes of body buffers alive, in use or not;
+// bodyInUse those that requests hold.
+var bodyAllocated, bodyInUse atomic.Int64
 
-// charge reserves n bytes of the budget limit, and reports whether they
-// fit.
-func chargeBody(n, limit int64) bool {
+// allocBody allocates a buffer of capacity bytes if the allocated bytes
+// stay within budget, and arranges for them to be given back when the
+// garbage collector frees it. It returns nil if the buffer does not fit.
+func allocBody(capacity int, budget int64) []byte {
+	n := int64(capacity)
 	for {
-		held := bodyHeld.Load()
-		if held+n > limit {
-			return false
+		cur := bodyAllocated.Load()
+		if cur+n > budget {
+			return nil
 		}
-		if bodyHeld.CompareAndSwap(held, held+n) {
-			return true
+		if bodyAllocated.CompareAndSwap(cur, cur+n) {
+			break
 		}
 	}
+	b := make([]byte, capacity)
+	runtime.AddCleanup(&b[0], func(n int64) { bodyAllocated.Add(-n) }, n)
+	return b[:0]
 }
-
-// unchargeBody gives back n bytes charged by chargeBody.
-func unchargeBody(n int64) { bodyHeld.Add(-n) }

@@ -138,15 +138,17 @@ var (
 		"Prompt bytes (routing text) of the requests in flight to the upstream from this Caddy: the byte bound's load.", []string{"upstream"}, nil)
 	descOwned = prometheus.NewDesc("caddy_prefix_cache_upstream_owned_entries",
 		"Index entries the upstream is believed to hold: its share of the learned prefixes.", []string{"upstream"}, nil)
-	descBodyHeld = prometheus.NewDesc("caddy_prefix_cache_body_bytes_held",
-		"Bytes of request-body buffers the policies hold (at their allocated size), across the process.", nil, nil)
+	descBodyInUse = prometheus.NewDesc("caddy_prefix_cache_body_bytes_in_use",
+		"Bytes of request-body buffers that requests hold (at their allocated size), across the process.", nil, nil)
+	descBodyAllocated = prometheus.NewDesc("caddy_prefix_cache_body_bytes_allocated",
+		"Bytes of request-body buffers alive: in use, idle in the pool, or dropped and not yet collected. body_budget bounds it.", nil, nil)
 	descBodyBudget = prometheus.NewDesc("caddy_prefix_cache_body_budget_bytes",
-		"The largest body_budget of the running policies: the most the body buffers may hold.", nil, nil)
+		"The largest body_budget of the running policies: the most the body buffers may take.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyHeld, descBodyBudget} {
+	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyInUse, descBodyAllocated, descBodyBudget} {
 		ch <- d
 	}
 }
@@ -194,7 +196,8 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, capacity)
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, bytes)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, evictions)
-	ch <- prometheus.MustNewConstMetric(descBodyHeld, prometheus.GaugeValue, float64(bodyHeld.Load()))
+	ch <- prometheus.MustNewConstMetric(descBodyInUse, prometheus.GaugeValue, float64(bodyInUse.Load()))
+	ch <- prometheus.MustNewConstMetric(descBodyAllocated, prometheus.GaugeValue, float64(bodyAllocated.Load()))
 	ch <- prometheus.MustNewConstMetric(descBodyBudget, prometheus.GaugeValue, float64(budget))
 	for name, n := range inFlight {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), name)

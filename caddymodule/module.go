@@ -123,9 +123,10 @@ type PrefixCacheSelection struct {
 	// the process may hold at once, counted at their allocated size; a
 	// body that would take them past it is not read (or, arriving without
 	// a length, stops being read) and goes to the fallback policy,
-	// untouched. Default: a quarter of the process's memory limit
-	// (GOMEMLIMIT, which Caddy sets from a container's cgroup limit), or
-	// `268435456` (256 MiB) without one.
+	// untouched. Default: an eighth of the process's memory limit
+	// (GOMEMLIMIT, which Caddy sets to 90% of the container's or the
+	// machine's memory), at least 16 MiB and at most `268435456`
+	// (256 MiB).
 	BodyBudget int64 `json:"body_budget,omitempty"`
 
 	// An upstream is over the load bound when its in-flight requests

@@ -35,7 +35,7 @@ func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []b
 		return skipContentType, nil, nil, nil
 	case r.ContentLength > maxBody:
 		return skipTooLarge, nil, nil, nil
-	case r.ContentLength > 0 && bodyHeld.Load()+int64(capacityFor(int(r.ContentLength))) > budget:
+	case r.ContentLength > 0 && bodyInUse.Load()+int64(capacityFor(int(r.ContentLength))) > budget:
 		return skipBudget, nil, nil, nil
 	}
 
@@ -90,8 +90,8 @@ const firstRead = 16 << 10
 // past the budget.
 var errBudget = errors.New("prefix_cache: body budget reached")
 
-// readAtMost reads up to limit bytes from r into a pooled buffer charged
-// to the body budget. declared is the length the client declared (-1 when
+// readAtMost reads up to limit bytes from r into a pooled buffer within
+// the body budget. declared is the length the client declared (-1 when
 // unknown). It returns a nil error at io.EOF, errBudget when the next
 // buffer did not fit within budget (the bytes read so far are in the
 // returned buffer), and a nil buffer when not even the first one fit. The

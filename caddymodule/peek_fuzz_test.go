@@ -449,8 +449,8 @@ func TestReadBodyDoesNotTrustContentLength(t *testing.T) {
 		if limit := max(firstRead, 2*sent); held > limit+limit/4 {
 			t.Errorf("a body declaring %d bytes and sending %d holds a %d-byte buffer, want at most max(firstRead, 2 x sent) = %d (+ a quarter of rounding)", maxBody, sent, held, limit)
 		}
-		if rb.buf.charged != int64(held) {
-			t.Errorf("sent %d: the buffer is charged %d bytes to the budget, its capacity is %d", sent, rb.buf.charged, held)
+		if rb.buf.inUse != int64(held) {
+			t.Errorf("sent %d: the buffer counts %d bytes in use, its capacity is %d", sent, rb.buf.inUse, held)
 		}
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(4*max(firstRead, sent)) {
 			t.Errorf("sent %d: readBody allocated %d bytes in all", sent, alloc)

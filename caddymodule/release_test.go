@@ -180,6 +180,7 @@ func TestHandleResponseAfterTheBodyWasSent(t *testing.T) {
 // upload completes, requests are routed on again.
 func TestBodyBudgetFallsBackAndServes(t *testing.T) {
 	waitHeld(t, 0, "before the test")
+	caddymodule.SettleBodies() // no idle buffer from earlier tests in the pools
 	up := newBackend(t, "up")
 	port := freePort(t)
 	admin := startCaddyAdmin(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s {\n\t\tlb_policy prefix_cache {\n\t\t\tbody_budget 64KiB\n\t\t}\n\t\theader_down X-Skip {http.reverse_proxy.prefix_cache.skip}\n\t}\n}\n", port, up.addr()))

@@ -202,8 +202,6 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 			return
 		}
 	}
-	sc := getScratch()
-	defer putScratch(sc)
 	limit := s.MaxChunks * s.ChunkSize
 	if s.ChunkSize > 0 && limit/s.ChunkSize != s.MaxChunks {
 		limit = -1 // overflow: no limit
@@ -214,8 +212,15 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 	if limit >= 0 {
 		size = min(size, limit+3) // AppendLimit may write 3 bytes past the limit
 	}
-	text, req, err := dialect.AppendLimit(slices.Grow(sc.text[:0], size), body, limit)
-	sc.text = text
+	buf := getText(size, s.BodyBudget)
+	if buf == nil {
+		v.skip = skipBudget
+		return
+	}
+	text, req, err := dialect.AppendLimit(buf, body, limit)
+	if cap(text) == cap(buf) {
+		defer putText(text)
+	}
 	switch {
 	case errors.Is(err, dialect.ErrUnknownDialect):
 		v.skip = skipDialect

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -11,33 +12,75 @@ import (
 
 // scratch holds per-request buffers reused across requests.
 type scratch struct {
-	text   []byte
 	ups    []*reverseproxy.Upstream
 	ids    []prefixindex.ID
 	depths []int
 	cands  []selection.Candidate
 }
 
-// maxScratchText is the largest text buffer putScratch keeps: the text of
-// a body of the default max_body, plus the rounding of its allocation.
-// (It was 1 MiB, and a text near 1 MiB was then regrown on every request:
-// route/1MB allocated 7.3 MB, see docs/overhead.md.) sync.Pool drops idle
-// buffers within two GC cycles, so this pins nothing for long.
-const maxScratchText = DefaultMaxBody + DefaultMaxBody/8
-
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(sc *scratch) {
-	if cap(sc.text) > maxScratchText {
-		sc.text = nil // do not pin one huge prompt's buffer forever
-	}
-	sc.text = sc.text[:0]
 	clear(sc.ups) // drop the pointers so departed upstreams can be collected
 	sc.ups = sc.ups[:0]
 	sc.ids = sc.ids[:0]
 	sc.depths = sc.depths[:0]
 	sc.cands = sc.cands[:0]
 	scratchPool.Put(sc)
+}
+
+// Routing-text buffers are as large as a request's rendered text (up to
+// max_chunks x chunk_size, 512 KiB by default) and live only while one
+// request is derived, which is CPU-bound: at most about GOMAXPROCS at
+// once. A sync.Pool drops them at every garbage collection, and under a
+// burst of long prompts each derive then allocated a fresh one: 512 KiB of
+// garbage per request, which the collector's headroom doubled in Caddy's
+// resident set (bench/memory). A small free list keeps them instead, and
+// they count against the body budget like the bodies they are made from.
+
+// maxScratchText is the largest text buffer kept: the text of a body of
+// the default max_body, plus the rounding of its allocation. (It was
+// 1 MiB, and a text near 1 MiB was then regrown on every request:
+// route/1MB allocated 7.3 MB, see docs/overhead.md.)
+const maxScratchText = DefaultMaxBody + DefaultMaxBody/8
+
+// textBufs is the free list of routing-text buffers, two per P.
+var textBufs = make(chan []byte, 2*runtime.GOMAXPROCS(0))
+
+// getText returns an empty text buffer with room for n bytes: a free one
+// if it is large enough, else a new one if it fits within budget, else an
+// idle body buffer, else nil.
+func getText(n int, budget int64) []byte {
+	select {
+	case b := <-textBufs:
+		if cap(b) >= n {
+			return b[:0]
+		}
+		// Too small: let it go (the collector gives its bytes back).
+	default:
+	}
+	if b := allocBody(capacityFor(n), budget); b != nil {
+		return b
+	}
+	// No room for a new one: an idle body buffer serves as well.
+	if c := classOf(n); c >= 0 {
+		if bb := pooledFrom(c); bb != nil {
+			return bb.b[:0]
+		}
+	}
+	return nil
+}
+
+// putText keeps b for the next derive, unless the list is full or b is
+// one huge prompt's.
+func putText(b []byte) {
+	if cap(b) == 0 || cap(b) > maxScratchText {
+		return
+	}
+	select {
+	case textBufs <- b[:0]:
+	default:
+	}
 }
