@@ -61,6 +61,10 @@ type chunk struct {
 	} `json:"usage"`
 }
 
+// APIKey is the key the benchmark's client sends, its tenant for
+// Caddyfile.example's tenant option.
+const APIKey = "sk-prefixbench"
+
 // maxErrorBody bounds the bytes of an error response kept in a record.
 const maxErrorBody = 200
 
@@ -76,6 +80,9 @@ func stream(ctx context.Context, client *http.Client, url, session string, body 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set(SessionHeader, session)
+	// Every OpenAI-compatible client sends a key (the SDKs require one);
+	// the benchmark is one client, one tenant.
+	req.Header.Set("Authorization", "Bearer "+APIKey)
 
 	sent := time.Now()
 	rec.Sent = sent.Sub(start)
