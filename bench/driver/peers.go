@@ -1,9 +1,6 @@
 package driver
 
-import (
-	"encoding/json"
-	"strings"
-)
+import "encoding/json"
 
 // peerPolicies are the peer routers of bench/peers, known to
 // ParsePolicies by name, each with its upstream's defaults. A command that
@@ -18,6 +15,10 @@ var peerPolicies = []string{"peer_sglang", "peer_llmd", "peer_kubeai", "peer_vll
 // approximate index costs.
 var kvEventPolicies = map[string]bool{"peer_dynamo": true}
 
+// timedPeers are the peers with periods or lifetimes, and so a
+// time_scale option (KubeAI has none).
+var timedPeers = map[string]bool{"peer_sglang": true, "peer_llmd": true, "peer_vllmstack": true, "peer_dynamo": true, "peer_dynamo_approx": true}
+
 func init() {
 	for _, name := range peerPolicies {
 		knownPolicies[name] = Policy{
@@ -28,7 +29,7 @@ func init() {
 	}
 }
 
-// scalePeerTimes sets the time_scale of every peer selection policy
+// scalePeerTimes sets the time_scale of every timed peer selection policy
 // under v that does not set one, so that the peers' periods and lifetimes
 // (SGLang's eviction interval, llm-d's metrics refresh, Dynamo's
 // approximate TTL, the vLLM stack's request-rate window) run in the
@@ -36,7 +37,7 @@ func init() {
 func scalePeerTimes(v any, timeScale float64) {
 	switch v := v.(type) {
 	case map[string]any:
-		if name, ok := v["policy"].(string); ok && strings.HasPrefix(name, "peer_") {
+		if name, ok := v["policy"].(string); ok && timedPeers[name] {
 			if _, set := v["time_scale"]; !set {
 				v["time_scale"] = timeScale
 			}

@@ -40,6 +40,7 @@ func TestAdaptCaddyfileScalesPeerTimes(t *testing.T) {
 		{"peer default", knownPolicies["peer_dynamo_approx"], 0.2},
 		{"peer with its own", own, 1.0},
 		{"not a peer", knownPolicies["round_robin"], nil},
+		{"a peer without periods", knownPolicies["peer_kubeai"], nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
