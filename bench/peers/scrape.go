@@ -135,6 +135,7 @@ type scraper struct {
 	mu      sync.Mutex
 	targets map[string]bool // Dial -> watched
 	metrics map[string]engineMetrics
+	primed  map[string]bool // Dial -> scraped once on the request path
 }
 
 func newScraper(interval time.Duration) *scraper {
@@ -143,6 +144,7 @@ func newScraper(interval time.Duration) *scraper {
 		interval: interval,
 		targets:  map[string]bool{},
 		metrics:  map[string]engineMetrics{},
+		primed:   map[string]bool{},
 	}
 }
 
@@ -160,12 +162,17 @@ func (s *scraper) get(dial string) engineMetrics {
 	return s.metrics[dial]
 }
 
-// prime scrapes dial now if it has never been scraped, so that a router
-// started in front of running engines knows them before its first
-// decision, as GIE's datastore has scraped its pods before they receive
-// traffic. A failed scrape leaves it to the periodic loop.
+// prime scrapes dial now if it has never been scraped nor primed, so
+// that a router started in front of running engines knows them before its
+// first decision, as GIE's datastore has scraped its pods before they
+// receive traffic. A failed scrape leaves it to the periodic loop: the
+// request path tries each upstream once.
 func (s *scraper) prime(ctx context.Context, dial string) engineMetrics {
-	if m := s.get(dial); m.ok {
+	s.mu.Lock()
+	m, tried := s.metrics[dial], s.primed[dial]
+	s.primed[dial] = true
+	s.mu.Unlock()
+	if m.ok || tried {
 		return m
 	}
 	m, err := s.scrape(ctx, dial)
