@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// KV cache events, as vLLM publishes them (vllm/distributed/kv_events.py,
-// ZmqEventPublisher; enabled by --kv-events-config): every change to the
+// KV cache events, as vLLM publishes them (vllm-project/vllm
+// vllm/distributed/kv_events.py at b4e69e0af33f, BlockStored, BlockRemoved,
+// AllBlocksCleared, KVEventBatch, ZmqEventPublisher; enabled by
+// --kv-events-config; newer vLLM adds the medium field): every change to the
 // prefix cache is an event, events are grouped in batches, and every batch
 // carries the next number of one sequence per engine, so a subscriber
 // applies them in order and can tell when it missed one. vLLM sends the

@@ -94,7 +94,9 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 // writeCacheConfigInfo writes vllm:cache_config_info as vLLM does
-// (vllm/v1/metrics/loggers.py, PrometheusStatLogger.log_metrics_info): an
+// (vllm-project/vllm vllm/v1/metrics/loggers.py at 005a810bc40f,
+// PrometheusStatLogger.log_metrics_info; vllm/config/cache.py at
+// 002f10e0cfa1, CacheConfig.metrics_info and its fields): an
 // info-style gauge set to 1, whose labels are CacheConfig.metrics_info(),
 // every field of vLLM's CacheConfig as str(value) in declaration order
 // (Python's True, False and None), then engine; there is no model_name
