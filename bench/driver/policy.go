@@ -3,6 +3,7 @@ package driver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -18,6 +19,10 @@ type Policy struct {
 	// Selection is the selection_policy JSON of reverse_proxy's
 	// load_balancing. Empty keeps the policy the Caddyfile configures.
 	Selection json.RawMessage `json:"selection,omitempty"`
+
+	// KVEvents starts the engines with KV events on
+	// (engine.Config.KVEvents), for a policy that consumes them.
+	KVEvents bool `json:"kv_events,omitempty"`
 }
 
 // Policies known by name: the prefix_cache entry keeps the Caddyfile's own
@@ -34,8 +39,8 @@ var knownPolicies = map[string]Policy{
 var DefaultPolicyNames = []string{"random", "round_robin", "least_conn", "header", "prefix_cache"}
 
 // ParsePolicies returns the policies named in a comma-separated list:
-// random, round_robin, least_conn, header (hash of the session header) and
-// prefix_cache.
+// random, round_robin, least_conn, header (hash of the session header),
+// prefix_cache, and the peers of bench/peers (see peers.go).
 func ParsePolicies(list string) ([]Policy, error) {
 	var ps []Policy
 	for name := range strings.SplitSeq(list, ",") {
@@ -45,7 +50,12 @@ func ParsePolicies(list string) ([]Policy, error) {
 		}
 		p, ok := knownPolicies[name]
 		if !ok {
-			return nil, fmt.Errorf("unknown policy %q (known: random, round_robin, least_conn, header, prefix_cache)", name)
+			known := make([]string, 0, len(knownPolicies))
+			for k := range knownPolicies {
+				known = append(known, k)
+			}
+			slices.Sort(known)
+			return nil, fmt.Errorf("unknown policy %q (known: %s)", name, strings.Join(known, ", "))
 		}
 		ps = append(ps, p)
 	}
@@ -67,8 +77,9 @@ func ParseCustomPolicy(s string) (Policy, error) {
 	if err := json.Unmarshal([]byte(raw), &v); err != nil {
 		return Policy{}, fmt.Errorf("custom policy %s: %w", name, err)
 	}
-	if _, ok := v["policy"].(string); !ok {
+	policy, ok := v["policy"].(string)
+	if !ok {
 		return Policy{}, fmt.Errorf("custom policy %s: the JSON needs a \"policy\" name", name)
 	}
-	return Policy{Name: strings.TrimSpace(name), Selection: json.RawMessage(raw)}, nil
+	return Policy{Name: strings.TrimSpace(name), Selection: json.RawMessage(raw), KVEvents: kvEventPolicies[policy]}, nil
 }

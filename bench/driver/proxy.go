@@ -107,6 +107,7 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScal
 		return nil, errors.New("the Caddyfile has no reverse_proxy handler")
 	}
 	scalePrefillRates(cfg, timeScale)
+	scalePeerTimes(cfg, timeScale)
 	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
 	cfg["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
 	return json.Marshal(cfg)

@@ -240,7 +240,9 @@ func (cfg *Config) progress(format string, args ...any) {
 
 // runOne runs policy p at load l on a fresh fleet and Caddy.
 func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l load) (*Run, error) {
-	fleet, err := engine.StartFleet(cfg.Engines, cfg.Engine)
+	ecfg := cfg.Engine
+	ecfg.KVEvents = ecfg.KVEvents || p.KVEvents
+	fleet, err := engine.StartFleet(cfg.Engines, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting engines: %w", err)
 	}

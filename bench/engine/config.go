@@ -119,6 +119,11 @@ type Config struct {
 	// max_completion_tokens. Default: `16`.
 	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 
+	// Publish KV cache events on GET /kv_events, as vLLM does with
+	// --kv-events-config (see kvevents.go). Costs memory: a running
+	// request keeps its prompt's tokens. Default: `false`.
+	KVEvents bool `json:"kv_events,omitempty"`
+
 	// If positive, a request without ignore_eos samples EOS (finish_reason
 	// "stop") after a deterministic length drawn uniformly from
 	// [1, 2 x MeanOutputTokens] from its prompt, if that comes before its

@@ -16,8 +16,10 @@
 // then a usage chunk with "choices": [] when stream_options.include_usage is
 // set, then "data: [DONE]"; or one JSON response), POST /v1/messages
 // (Anthropic, minimal: text, tools and tool results in, text out, streaming
-// with Anthropic's events), GET /health, GET /v1/models, GET /metrics and
-// POST /reset_prefix_cache.
+// with Anthropic's events), GET /health, GET /v1/models, GET /metrics,
+// POST /reset_prefix_cache and, with Config.KVEvents, GET /kv_events: the
+// prefix cache's KV events (blocks stored and removed) as vLLM publishes
+// them, in order, one batch per line (see kvevents.go).
 //
 // Usage reports prompt_tokens, completion_tokens and
 // prompt_tokens_details.cached_tokens: the tokens found in the prefix cache
@@ -33,7 +35,9 @@
 // /metrics is Prometheus text with vLLM V1's names and labels
 // (model_name, engine="0"): vllm:num_requests_running,
 // vllm:num_requests_waiting, vllm:kv_cache_usage_perc (blocks pinned by
-// running requests / capacity), vllm:prefix_cache_queries_total and
+// running requests / capacity), vllm:cache_config_info (an info gauge whose
+// block_size and num_gpu_blocks labels give the cache's geometry, without
+// model_name, as vLLM writes it), vllm:prefix_cache_queries_total and
 // vllm:prefix_cache_hits_total (in tokens), vllm:prompt_tokens_total,
 // vllm:generation_tokens_total, vllm:num_preemptions_total,
 // vllm:request_success_total{finished_reason}, and the histograms

@@ -72,6 +72,7 @@ func newEngine(cfg Config, gate <-chan struct{}) (*Engine, error) {
 	e.mux.HandleFunc("GET /v1/models", e.handleModels)
 	e.mux.HandleFunc("GET /metrics", e.handleMetrics)
 	e.mux.HandleFunc("POST /reset_prefix_cache", e.handleResetPrefixCache)
+	e.mux.HandleFunc("GET /kv_events", e.handleKVEvents)
 	go e.loop()
 	return e, nil
 }
@@ -88,6 +89,7 @@ func (e *Engine) Config() Config { return e.cfg }
 //	GET  /v1/models            the configured model
 //	GET  /metrics              Prometheus text format, vLLM metric names
 //	POST /reset_prefix_cache   evict every unpinned cached block
+//	GET  /kv_events            KV cache events, if Config.KVEvents (see kvevents.go)
 func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mux.ServeHTTP(w, r)
 }
@@ -105,6 +107,7 @@ func (e *Engine) Close() {
 func (e *Engine) ResetPrefixCache() {
 	e.mu.Lock()
 	e.sched.pool.reset()
+	e.publishLocked()
 	e.broadcastLocked()
 	e.mu.Unlock()
 }
@@ -225,6 +228,7 @@ func (e *Engine) loop() {
 
 		e.mu.Lock()
 		batch, prefill, decodes := e.sched.schedule()
+		e.publishLocked()
 		if len(batch) == 0 {
 			// Only aborted requests were left; they are gone now.
 			e.broadcastLocked()
@@ -251,6 +255,7 @@ func (e *Engine) loop() {
 
 		e.mu.Lock()
 		e.sched.update(batch, time.Now(), d)
+		e.publishLocked()
 		e.broadcastLocked()
 		e.mu.Unlock()
 	}
@@ -324,6 +329,9 @@ func (e *Engine) generate(ctx context.Context, arrival time.Time, p genParams, e
 	maxTokens := min(p.maxTokens, maxLen-1)
 	tokens := p.tokens[:min(len(p.tokens), maxLen-maxTokens)]
 	r := newRequest(tokens, saltSeed(p.salt), e.cfg.BlockSize)
+	if e.cfg.KVEvents {
+		r.tokens = tokens
+	}
 	r.arrival = arrival
 	r.maxTokens = maxTokens
 	r.eos = p.eos

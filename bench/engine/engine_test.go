@@ -625,8 +625,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 			typed[f[2]] = f[3]
 			continue
 		}
-		if strings.HasPrefix(line, "#") {
-			continue
+		if strings.HasPrefix(line, "#") || strings.HasPrefix(line, "vllm:cache_config_info{") {
+			continue // the info gauge has no model_name, as in vLLM (TestCacheConfigInfo)
 		}
 		nameLabels, value, ok := strings.Cut(line, " ")
 		name, labels, _ := strings.Cut(strings.TrimSuffix(nameLabels, "}"), "{")

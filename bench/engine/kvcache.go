@@ -20,6 +20,12 @@ type blockPool struct {
 	head, tail int32 // free queue ends, -1 when empty
 	free       int   // blocks in the free queue
 	cached     map[uint64]int32
+
+	// trackRemoved, if set, makes the pool append the hash of every
+	// cached prefix it evicts to removed, in eviction order, for the KV
+	// event log (see kvevents.go).
+	trackRemoved bool
+	removed      []uint64
 }
 
 type block struct {
@@ -83,8 +89,7 @@ func (p *blockPool) allocate(dst []int32, n int) ([]int32, bool) {
 		p.unlink(id)
 		b := &p.blocks[id]
 		if b.cached {
-			delete(p.cached, b.hash)
-			b.cached = false
+			p.evict(b)
 		}
 		b.ref = 1
 		dst = append(dst, id)
@@ -104,27 +109,36 @@ func (p *blockPool) release(ids []int32) {
 	}
 }
 
-// cache registers block id as holding the prefix named by hash. If another
-// block already holds that prefix, id stays uncached.
-func (p *blockPool) cache(id int32, hash uint64) {
+// cache registers block id as holding the prefix named by hash and reports
+// whether it did. If another block already holds that prefix, id stays
+// uncached.
+func (p *blockPool) cache(id int32, hash uint64) bool {
 	b := &p.blocks[id]
 	if b.cached {
-		return
+		return false
 	}
 	if _, ok := p.cached[hash]; ok {
-		return
+		return false
 	}
 	b.hash, b.cached = hash, true
 	p.cached[hash] = id
+	return true
+}
+
+// evict forgets the prefix cached block b holds.
+func (p *blockPool) evict(b *block) {
+	delete(p.cached, b.hash)
+	b.cached = false
+	if p.trackRemoved {
+		p.removed = append(p.removed, b.hash)
+	}
 }
 
 // reset evicts every unpinned cached block.
 func (p *blockPool) reset() {
 	for id := p.head; id != noBlock; id = p.blocks[id].next {
-		b := &p.blocks[id]
-		if b.cached {
-			delete(p.cached, b.hash)
-			b.cached = false
+		if b := &p.blocks[id]; b.cached {
+			p.evict(b)
 		}
 	}
 }

@@ -75,6 +75,7 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(s.running))
 	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(s.waiting))
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.usage)
+	e.writeCacheConfigInfo(&b)
 	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", s.c.promptTokens)
 	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", s.c.cachedTokens)
 	counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", s.c.preemptions)
@@ -90,6 +91,48 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write(b.Bytes())
+}
+
+// writeCacheConfigInfo writes vllm:cache_config_info as vLLM does
+// (vllm-project/vllm vllm/v1/metrics/loggers.py at 005a810bc40f,
+// PrometheusStatLogger.log_metrics_info; vllm/config/cache.py at
+// 002f10e0cfa1, CacheConfig.metrics_info and its fields): an
+// info-style gauge set to 1, whose labels are CacheConfig.metrics_info(),
+// every field of vLLM's CacheConfig as str(value) in declaration order
+// (Python's True, False and None), then engine; there is no model_name
+// label, and prometheus_client writes the value 1 as "1.0". Routers read
+// block_size and num_gpu_blocks from it (GIE/llm-d's AutoTune). This
+// writes the fields a vLLM V1 server on CUDA reports that this engine
+// models, with vLLM's defaults for the others it shows; fields vLLM adds
+// for hybrid (Mamba) models and offloading are left out.
+func (e *Engine) writeCacheConfigInfo(b *bytes.Buffer) {
+	const name = "vllm:cache_config_info"
+	labels := [][2]string{
+		{"block_size", strconv.Itoa(e.cfg.BlockSize)},
+		{"user_specified_block_size", "False"},
+		{"gpu_memory_utilization", "0.92"},
+		{"cache_dtype", "auto"},
+		{"is_attention_free", "False"},
+		{"num_gpu_blocks_override", "None"},
+		{"sliding_window", "None"},
+		{"enable_prefix_caching", "True"},
+		{"prefix_caching_hash_algo", "sha256"},
+		{"num_gpu_blocks", strconv.Itoa(e.cfg.KVBlocks)},
+		{"num_cpu_blocks", "None"},
+		{"kv_sharing_fast_prefill", "False"},
+		{"kv_cache_memory_bytes", "None"},
+		{"kv_offloading_size", "None"},
+		{"kv_offloading_backend", "native"},
+		{"engine", "0"},
+	}
+	fmt.Fprintf(b, "# HELP %s Information of the LLMEngine CacheConfig\n# TYPE %s gauge\n%s{", name, name, name)
+	for i, l := range labels {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(b, "%s=\"%s\"", l[0], escapeLabel(l[1]))
+	}
+	b.WriteString("} 1.0\n")
 }
 
 func writeHistogram(b *bytes.Buffer, name, help, labels string, h histogram) {

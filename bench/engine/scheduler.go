@@ -21,11 +21,12 @@ type request struct {
 	arrival   time.Time
 	numPrompt int
 	maxTokens int
-	stopAt    int    // output count at which EOS is sampled, 0 for never
-	eos       uint32 // EOS token id
-	seed      uint64 // parent hash of the first block (cache salt)
-	genSeed   uint64 // seeds the generated words
-	leadSpace bool   // the first generated word has a leading space
+	stopAt    int      // output count at which EOS is sampled, 0 for never
+	eos       uint32   // EOS token id
+	seed      uint64   // parent hash of the first block (cache salt)
+	genSeed   uint64   // seeds the generated words
+	leadSpace bool     // the first generated word has a leading space
+	tokens    []uint32 // the prompt's tokens, kept only for KV events
 
 	// Guarded by Engine.mu.
 	hashes       []uint64 // chained hashes of the full blocks of prompt+output
@@ -106,6 +107,7 @@ type scheduler struct {
 	batch   []scheduled
 	hits    []int32
 	c       counters
+	events  *kvEventLog // nil unless Config.KVEvents
 }
 
 // counters are the engine's statistics and metrics.
@@ -120,7 +122,7 @@ type counters struct {
 }
 
 func newScheduler(cfg Config) *scheduler {
-	return &scheduler{
+	s := &scheduler{
 		cfg:  cfg,
 		pool: newBlockPool(cfg.KVBlocks),
 		c: counters{
@@ -128,6 +130,11 @@ func newScheduler(cfg Config) *scheduler {
 			e2e:  newHistogram(e2eBuckets),
 		},
 	}
+	if cfg.KVEvents {
+		s.events = newKVEventLog(cfg.BlockSize)
+		s.pool.trackRemoved = true
+	}
+	return s
 }
 
 func (s *scheduler) hasWork() bool { return len(s.waiting) > 0 || len(s.running) > 0 }
@@ -253,7 +260,10 @@ func (s *scheduler) update(batch []scheduled, now time.Time, d time.Duration) {
 		}
 		r.numComputed += sc.n
 		for r.numCached < len(r.hashes) && (r.numCached+1)*bs <= r.numComputed {
-			s.pool.cache(r.blocks[r.numCached], r.hashes[r.numCached])
+			registered := s.pool.cache(r.blocks[r.numCached], r.hashes[r.numCached])
+			if s.events != nil {
+				s.events.stored(r, r.numCached, registered)
+			}
 			r.numCached++
 		}
 		if r.numComputed < r.numTokens() {

@@ -3,52 +3,86 @@ package peers
 import (
 	"encoding/binary"
 
+	"github.com/cespare/xxhash/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/zeebo/xxh3"
 )
 
-// hashBlocks appends the chained hashes of text's full blocks of
-// blockSize bytes, at most maxBlocks of them, to dst: the chain is seeded
-// with the hash of the model, h_i = hash(block_i, h_{i-1}), as GIE's
-// hashPrompt does. A trailing partial block is not hashed. GIE uses
-// xxHash64 of the block followed by the previous hash's 8 bytes; this uses
-// XXH3 the same way.
-func hashBlocks(dst []uint64, model string, text []byte, blockSize, maxBlocks int) []uint64 {
-	prev := xxh3.HashString(model)
-	buf := make([]byte, blockSize+8)
-	for i := 0; i+blockSize <= len(text) && maxBlocks > 0; i, maxBlocks = i+blockSize, maxBlocks-1 {
-		copy(buf, text[i:i+blockSize])
-		binary.LittleEndian.PutUint64(buf[blockSize:], prev)
-		prev = xxh3.Hash(buf)
+// gieHashPrompt appends the block hashes of input to dst as GIE's
+// approximate prefix producer computes them (hashing.go hashPrompt): no
+// hash if input is shorter than one block of blockChars bytes; input cut
+// to maxBlocks blocks; the chain seeded with xxHash64 of the model name
+// and the cache salt; block i hashed as xxHash64(block_i, LE64(h_{i-1}));
+// a trailing partial block hashed the same way.
+func gieHashPrompt(dst []uint64, model, salt string, input []byte, blockChars, maxBlocks int) []uint64 {
+	if blockChars <= 0 || len(input) < blockChars {
+		return dst
+	}
+	if len(input) > blockChars*maxBlocks {
+		input = input[:maxBlocks*blockChars]
+	}
+	d := xxhash.New()
+	d.WriteString(model)
+	if salt != "" {
+		d.WriteString(salt)
+	}
+	prev := d.Sum64()
+	var le [8]byte
+	hash := func(block []byte) uint64 {
+		d.Reset()
+		d.Write(block)
+		binary.LittleEndian.PutUint64(le[:], prev)
+		d.Write(le[:])
+		return d.Sum64()
+	}
+	i := 0
+	for ; i+blockChars <= len(input); i += blockChars {
+		prev = hash(input[i : i+blockChars])
 		dst = append(dst, prev)
+	}
+	if i < len(input) {
+		dst = append(dst, hash(input[i:]))
 	}
 	return dst
 }
 
-// blockIndexer is GIE's approximate prefix indexer (prefix/indexer.go):
-// a per-server LRU of block hashes, with a reverse map from hash to the
-// servers whose LRU holds it. Not safe for concurrent use.
+// blockIndexer is GIE's approximate prefix indexer (approximateprefix/
+// indexer.go): a per-server LRU of block hashes, with a reverse map from
+// hash to the servers whose LRU holds it. Not safe for concurrent use.
 type blockIndexer struct {
-	capacity   int
-	hashToPods map[uint64]map[int]struct{}
-	podToLRU   map[int]*lru.Cache[uint64, struct{}]
+	defaultCapacity int
+	hashToPods      map[uint64]map[int]struct{}
+	podToLRU        map[int]*lru.Cache[uint64, struct{}]
+	podCapacity     map[int]int
 }
 
-func newBlockIndexer(capacity int) *blockIndexer {
+func newBlockIndexer(defaultCapacity int) *blockIndexer {
 	return &blockIndexer{
-		capacity:   capacity,
-		hashToPods: map[uint64]map[int]struct{}{},
-		podToLRU:   map[int]*lru.Cache[uint64, struct{}]{},
+		defaultCapacity: defaultCapacity,
+		hashToPods:      map[uint64]map[int]struct{}{},
+		podToLRU:        map[int]*lru.Cache[uint64, struct{}]{},
+		podCapacity:     map[int]int{},
 	}
 }
 
-// add records that pod holds every hash, most recent last.
-func (x *blockIndexer) add(hashes []uint64, pod int) {
+// capacity returns the size of pod's LRU, 0 if it has none yet.
+func (x *blockIndexer) capacity(pod int) int {
+	return x.podCapacity[pod]
+}
+
+// add records that pod holds every hash, most recent last. A pod's LRU is
+// sized when it is first added to: gpuBlocks if positive (AutoTune's
+// CacheNumBlocks), else the default, and keeps that size, as Add does.
+func (x *blockIndexer) add(hashes []uint64, pod, gpuBlocks int) {
 	c := x.podToLRU[pod]
 	if c == nil {
+		size := gpuBlocks
+		if size <= 0 {
+			size = x.defaultCapacity
+		}
+		x.podCapacity[pod] = size
 		// lru.NewWithEvict fails only for a non-positive size, which
 		// Validate rules out.
-		c, _ = lru.NewWithEvict(x.capacity, func(h uint64, _ struct{}) {
+		c, _ = lru.NewWithEvict(size, func(h uint64, _ struct{}) {
 			if pods := x.hashToPods[h]; pods != nil {
 				delete(pods, pod)
 				if len(pods) == 0 {

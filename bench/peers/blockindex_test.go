@@ -6,82 +6,62 @@ import (
 	"testing"
 )
 
-func TestHashBlocks(t *testing.T) {
-	text := []byte(strings.Repeat("0123456789abcdef", 20)) // 320 bytes
+// TestGIEHashPrompt replays the hashing cases of llm-d's approximate
+// prefix producer tests (llm-d/llm-d-inference-scheduler at 520af478,
+// pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/
+// plugin_test.go): with 1-token blocks (4 characters), "aaaaaa" gives 2
+// hashes (a full block and the partial tail; TestPrefixPluginCompletion),
+// "aaaabbbb" 2; 128 characters at AutoTune's 16-token blocks give 2
+// (TestPrefixPluginAutoTune); 16 characters cut to 3 blocks give 3
+// (TestMaxPrefixTokensToMatch's fallback to MaxPrefixBlocksToMatch).
+func TestGIEHashPrompt(t *testing.T) {
 	tests := []struct {
-		name      string
-		text      []byte
-		block     int
-		maxBlocks int
-		want      int
+		name       string
+		input      string
+		blockChars int
+		maxBlocks  int
+		want       int
 	}{
-		{"shorter than a block", text[:63], 64, 256, 0},
-		{"one block", text[:64], 64, 256, 1},
-		{"partial tail ignored", text[:130], 64, 256, 2},
-		{"capped", text, 64, 3, 3},
-		{"all", text, 64, 256, 5},
+		{"full block and partial tail", "aaaaaa", 4, 256, 2},
+		{"two full blocks", "aaaabbbb", 4, 256, 2},
+		{"AutoTune: 16 tokens x 4 characters", strings.Repeat("a", 128), 64, 256, 2},
+		{"cut to MaxPrefixBlocksToMatch", "aaaabbbbccccdddd", 4, 3, 3},
+		{"shorter than a block", "aaa", 4, 256, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := hashBlocks(nil, "m", tt.text, tt.block, tt.maxBlocks); len(got) != tt.want {
-				t.Errorf("len(hashBlocks(%d bytes, block %d, max %d)) = %d, want %d", len(tt.text), tt.block, tt.maxBlocks, len(got), tt.want)
+			if got := gieHashPrompt(nil, "test-model1", "", []byte(tt.input), tt.blockChars, tt.maxBlocks); len(got) != tt.want {
+				t.Errorf("len(gieHashPrompt(%q, %d chars, max %d)) = %d, want %d", tt.input, tt.blockChars, tt.maxBlocks, len(got), tt.want)
 			}
 		})
 	}
 
-	all := hashBlocks(nil, "m", text, 64, 256)
-	if head := hashBlocks(nil, "m", text[:200], 64, 256); !slices.Equal(head, all[:3]) {
-		t.Errorf("hashes of a prefix %x are not a prefix of the text's %x", head, all)
+	// The chain: "aaaabbbb" shares its first hash with "aaaaaa", not its
+	// second (the partial "aa" and the full "bbbb" differ); the model and
+	// the salt seed it.
+	a := gieHashPrompt(nil, "m", "", []byte("aaaaaa"), 4, 256)
+	b := gieHashPrompt(nil, "m", "", []byte("aaaabbbb"), 4, 256)
+	if a[0] != b[0] || a[1] == b[1] {
+		t.Errorf("hashes %x and %x: want the first equal and the second different", a, b)
 	}
-	if other := hashBlocks(nil, "other-model", text, 64, 256); other[0] == all[0] {
-		t.Errorf("the model does not seed the chain: both start with %x", all[0])
+	if c := gieHashPrompt(nil, "other", "", []byte("aaaaaa"), 4, 256); c[0] == a[0] {
+		t.Errorf("the model does not seed the chain")
 	}
-	changed := slices.Clone(text)
-	changed[0] = 'X'
-	if got := hashBlocks(nil, "m", changed, 64, 256); got[4] == all[4] {
-		t.Errorf("changing block 0 left block 4's hash %x unchanged: the chain is broken", got[4])
+	if c := gieHashPrompt(nil, "m", "salt", []byte("aaaaaa"), 4, 256); c[0] == a[0] {
+		t.Errorf("the cache salt does not seed the chain")
 	}
 }
 
-func TestBlockIndexer(t *testing.T) {
-	x := newBlockIndexer(3)
-	x.add([]uint64{1, 2, 3}, 0)
-	x.add([]uint64{1, 2, 9}, 1)
-	tests := []struct {
-		name   string
-		hashes []uint64
-		want   map[int]int
-	}{
-		{"both share the first two", []uint64{1, 2, 3}, map[int]int{0: 3, 1: 2}},
-		{"greedy walk stops at an unknown hash", []uint64{1, 7, 3}, map[int]int{0: 1, 1: 1}},
-		{"nothing", []uint64{5}, map[int]int{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := x.matchLongestPrefix(tt.hashes)
-			if len(got) != len(tt.want) {
-				t.Fatalf("matchLongestPrefix(%v) = %v, want %v", tt.hashes, got, tt.want)
-			}
-			for pod, n := range tt.want {
-				if got[pod] != n {
-					t.Errorf("matchLongestPrefix(%v)[%d] = %d, want %d", tt.hashes, pod, got[pod], n)
-				}
-			}
-		})
-	}
-
-	// Pod 0's LRU holds 3: adding 4 evicts 1, its least recently added,
-	// from the reverse map too.
-	x.add([]uint64{4}, 0)
-	if _, ok := x.hashToPods[1][0]; ok {
-		t.Errorf("hash 1 still maps to pod 0 after its LRU evicted it")
-	}
-	if got := x.matchLongestPrefix([]uint64{1, 2, 3}); got[0] != 2 || got[1] != 2 {
-		t.Errorf("after eviction, matchLongestPrefix(1,2,3) = %v, want pod 0: 2 (GIE counts holders of each block of the run), pod 1: 2", got)
-	}
-	x.add([]uint64{5, 6, 7}, 1)
-	if _, ok := x.hashToPods[1]; ok {
-		t.Errorf("hash 1 is held by no pod but stays in the reverse map")
+// TestGIEUpstreamCompletion replays TestPrefixPluginCompletion: "aaaaaa"
+// routed to pod1, then "aaaabbbb" matches one block of two on pod1 and
+// none on pod2.
+func TestGIEUpstreamCompletion(t *testing.T) {
+	x := newBlockIndexer(LLMDLRUCapacityPerServer)
+	x.add(gieHashPrompt(nil, "test-model1", "", []byte("aaaaaa"), 4, 256), 1, 0)
+	hashes := gieHashPrompt(nil, "test-model1", "", []byte("aaaabbbb"), 4, 256)
+	got := x.matchLongestPrefix(hashes)
+	if len(hashes) != 2 || got[1] != 1 || got[2] != 0 {
+		t.Errorf("total %d, pod1 %d, pod2 %d; want 2, 1, 0 (upstream)", len(hashes), got[1], got[2])
 	}
 }
 

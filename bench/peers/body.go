@@ -26,6 +26,7 @@ type request struct {
 	model     string       // the top-level "model"
 	kind      dialect.Kind // its dialect
 	placement int          // length of the placement key (see dialect.Request)
+	body      []byte       // the body as sent, for routers that tokenize it
 }
 
 // routingText returns what the peers need to route r, read from the body
@@ -43,6 +44,7 @@ func routingText(r *http.Request) *request {
 			p.model = string(req.Model)
 			p.kind = req.Kind
 			p.placement = req.Placement
+			p.body = body
 		}
 	}
 	caddyhttp.SetVar(r.Context(), varKey, p)

@@ -6,14 +6,14 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/zeebo/xxh3"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
 )
 
 // chwblRing is KubeAI's hash ring (internal/loadbalancer/balance_chwbl.go):
-// each endpoint at replication points hash(name + decimal replica index),
-// sorted. KubeAI uses xxHash64; this uses XXH3.
+// each endpoint at replication points xxHash64(name + decimal replica
+// index), sorted, as chwblAddEndpoint builds it.
 type chwblRing struct {
 	points []uint64
 	owner  []int // endpoint index of each point
@@ -27,7 +27,7 @@ func newChwblRing(names []string, replication int) chwblRing {
 	ps := make([]point, 0, len(names)*replication)
 	for i, name := range names {
 		for r := 0; r < replication; r++ {
-			ps = append(ps, point{xxh3.HashString(name + strconv.Itoa(r)), i})
+			ps = append(ps, point{xxhash.Sum64String(name + strconv.Itoa(r)), i})
 		}
 	}
 	slices.SortFunc(ps, func(a, b point) int {
@@ -46,15 +46,21 @@ func newChwblRing(names []string, replication int) chwblRing {
 	return rg
 }
 
-// chwblLoadOK is KubeAI's bound: an endpoint with load requests in flight
-// may take one more if load + 1 <= (total + 1) / n x factor; anything goes
-// when nothing is in flight.
+// chwblLoadOK is KubeAI's bound (balance_chwbl.go, chwblLoadOK; SMG's
+// prefix_hash.rs load_ok is the same): an endpoint with load requests in
+// flight may take one more if load <= (total + 1) / n x factor, the "+1"
+// standing for the new request in the mean only; anything goes when
+// nothing is in flight.
 func chwblLoadOK(load, total, n int, factor float64) bool {
 	if total == 0 {
 		return true
 	}
-	return float64(load)+1 <= float64(total+1)/float64(n)*factor
+	return float64(load) <= float64(total+1)/float64(n)*factor
 }
+
+// chwblKey is the ring position of a request's prefix, as chwblHash
+// computes it (xxHash64 of the adapter name, none here, and the prefix).
+func chwblKey(prefix []byte) uint64 { return xxhash.Sum64(prefix) }
 
 // pick walks the ring clockwise from key's position and returns the first
 // endpoint whose load is within the bound ("ring" if it is the first met,

@@ -4,73 +4,149 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 )
 
 func init() {
 	caddy.RegisterModule(new(DynamoSelection))
+	caddy.RegisterModule(new(DynamoApproxSelection))
 }
 
-// Defaults of NVIDIA Dynamo's KV router with --no-kv-events
-// (docs/router/kv_cache_routing.md, lib/llm/src/kv_router).
+// Defaults of NVIDIA Dynamo's KV router (lib/kv-router/src/scheduling/
+// config.rs, KvRouterConfig::default).
 const (
-	// DynamoBlockSize is the characters per KV block: vLLM's 16-token
-	// blocks at 4 characters per token (Dynamo tokenizes; the peers do not).
-	DynamoBlockSize = 64
+	// DynamoBlockSize is the KV block size in tokens until the engines'
+	// events give theirs: vLLM's default, which Dynamo's vLLM worker
+	// registers as the model's kv_block_size.
+	DynamoBlockSize = 16
 
-	// DynamoOverlapScoreWeight is --kv-overlap-score-weight.
-	DynamoOverlapScoreWeight = 1.0
+	// DynamoOverlapScoreCredit is overlap_score_credit: the prefill
+	// blocks a cached block saves.
+	DynamoOverlapScoreCredit = 1.0
 
-	// DynamoTTL is how long the approximate indexer (ApproxKvIndexer)
-	// believes a routed prompt's blocks stay cached on the worker.
+	// DynamoPrefillLoadScale is prefill_load_scale, the weight of the
+	// prefill term against the decode blocks (the deprecated
+	// --kv-overlap-score-weight sets it).
+	DynamoPrefillLoadScale = 1.0
+
+	// DynamoTTL is router_ttl_secs: how long the approximate indexer
+	// (--no-kv-events) believes a routed prompt's blocks stay cached.
 	DynamoTTL = 120 * time.Second
 )
 
-// DynamoSelection is NVIDIA Dynamo's KV router without KV events
-// (github.com/ai-dynamo/dynamo docs/router/kv_cache_routing.md;
-// lib/llm/src/kv_router: scheduler.rs / selector.rs DefaultWorkerSelector,
-// approx.rs ApproxKvIndexer, sequence.rs ActiveSequences): for each worker,
-// cost = overlap_score_weight (1.0) x the prompt's blocks not covered by
-// the blocks predicted to be cached there + the worker's active (decode)
-// blocks with this request's added; the lowest cost wins (temperature 0,
-// ties at random). The prediction is the approximate indexer's: every
-// block of a prompt routed to a worker is assumed cached there for 120s.
-// Active blocks are counted from routing until the response ends.
+// DynamoSelection (peer_dynamo) is NVIDIA Dynamo's KV router as it runs by
+// default (`python -m dynamo.frontend --router-mode kv` in front of vLLM
+// workers publishing KV events), read from github.com/ai-dynamo/dynamo at
+// 07a6c9ce3bb096cfaf353fe69ee578e105c6a512: lib/kv-router/src/scheduling/
+// selector/default.rs (DefaultWorkerScorer::worker_logit, the picker),
+// lib/kv-router/src/scheduling/config.rs (KvRouterConfig defaults:
+// overlap_score_credit 1, prefill_load_scale 1,
+// decode_active_request_weight 0, router_temperature 0, use_kv_events,
+// router_track_active_blocks and router_track_prefill_tokens on),
+// lib/kv-router/src/sequences (WorkerLoadProjection), the router docs'
+// cost model, and the KV event path (lib/llm/src/kv_router/publisher.rs
+// from vLLM's ZMQ publisher). The frontend tokenizes the request with the
+// model's chat template and tokenizer (here the engine's own,
+// engine.PromptTokens) and hashes its full blocks of 16 tokens; the
+// indexer, fed every engine's KV events in order (GET /kv_events, see
+// bench/engine), knows which of those blocks each engine holds; for each
+// worker,
 //
-// Deviations: blocks are 64 characters of routing text, not 16 tokens;
-// the prefill term is this request's only (Dynamo also adds the prefill
-// tokens queued on the worker, released at the first token, which a
-// Caddy selection policy cannot observe); active blocks do not grow with
-// the output; the indexer expires blocks by time only (no size pruning).
+//	cost = prefill_load_scale x max(0, (active prefill tokens + prompt tokens)/16 - overlap_score_credit x cached blocks)
+//	     + active blocks + the prompt's blocks not already active there
+//
+// where active prefill tokens are the uncached prompt tokens of the
+// requests routed there whose first token has not come back, and active
+// blocks the distinct blocks of the requests in flight there; the lowest
+// cost wins, ties at random. The chosen worker is charged the request's
+// uncached prompt tokens until its first response byte (the first token
+// of a stream) and its blocks until it ends.
+//
+// Deviations: events travel over HTTP from each engine to this Caddy
+// (Dynamo: ZMQ to its worker, then NATS to the router), applied as they
+// arrive; the first response byte is observed through an httptrace hook
+// this policy adds to the proxied request; the partial last block and
+// cache salts are ignored; no per-request config overrides, no host,
+// disk or shared cache tiers, no busy thresholds or queueing (off by
+// default upstream). Until issue 16 this peer was the approximate mode
+// and left out the queued prefill tokens; that mode is now
+// DynamoApproxSelection.
 type DynamoSelection struct {
-	// Characters of prompt per KV block. Default: `64`.
+	dynamoCore
+}
+
+// DynamoApproxSelection (peer_dynamo_approx) is Dynamo's KV router with
+// --no-kv-events: the same tokenization and cost as DynamoSelection, but
+// the cached blocks are predicted by the approximate indexer (lib/llm/src/
+// kv_router/approx.rs ApproxKvIndexer, router_approximate_cache_policy
+// ttl, router_ttl_secs 120): every block of a prompt routed to a worker is
+// believed cached there for 120s after its latest routing. It reads no
+// events. Deviation: no pruning at router_max_tree_size (2^20 blocks,
+// more than the benchmark routes in a TTL).
+type DynamoApproxSelection struct {
+	dynamoCore
+}
+
+// dynamoCore is what both modes share.
+type dynamoCore struct {
+	// KV block size in tokens; the engines' events override it. Default:
+	// `16`.
 	BlockSize int `json:"block_size,omitempty"`
 
-	// Weight of the prefill blocks against the decode blocks; 0 ignores
-	// the cache. Default: `1`.
+	// Prefill blocks a cached block saves (overlap_score_credit); 0
+	// ignores the cache. Default: `1`.
+	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
+
+	// Weight of the prefill term against the decode blocks
+	// (prefill_load_scale). Default: `1`.
+	PrefillLoadScale *float64 `json:"prefill_load_scale,omitempty"`
+
+	// The deprecated --kv-overlap-score-weight, mapped as upstream maps
+	// it: it sets prefill_load_scale, and 0 also sets
+	// overlap_score_credit to 0. Default: unset.
 	OverlapScoreWeight *float64 `json:"overlap_score_weight,omitempty"`
 
-	// How long a routed prompt's blocks are believed cached. Default:
-	// `120s`.
+	// Block-equivalent cost per active request
+	// (decode_active_request_weight). Default: `0`.
+	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight,omitempty"`
+
+	// How long a routed prompt's blocks are believed cached, without KV
+	// events. Default: `120s`.
 	TTL caddy.Duration `json:"ttl,omitempty"`
 
 	// Wall seconds per simulated second, as prefixbench's -time-scale:
 	// multiplies ttl. Default: `1`.
 	TimeScale float64 `json:"time_scale,omitempty"`
 
-	weight float64
-	mu     sync.Mutex
-	index  *approxIndexer
-	active *activeBlocks
-	ids    interner
-	intn   func(int) int
-	now    func() time.Time
+	useEvents bool
+	weights   dynamoWeights
+	ctx       context.Context
+	client    *http.Client
 
-	released func() // called after a request's blocks are released; for tests
+	mu         sync.Mutex
+	blockSize  int
+	events     *kvEventIndexer
+	approx     *approxIndexer
+	active     *activeLoad
+	subscribed map[string]bool
+	nextSeq    map[int]uint64 // per worker, the batch expected next
+	gaps       int            // batches missed
+	rejected   int            // stored events whose parent was unknown
+	ids        interner
+	intn       func(int) int
+	now        func() time.Time
+
+	// Test hooks, called after a batch is applied and after a request's
+	// blocks are released.
+	applied  func(dial string, b kvBatch)
+	released func()
 }
 
 // CaddyModule returns the Caddy module information.
@@ -81,14 +157,29 @@ func (*DynamoSelection) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// CaddyModule returns the Caddy module information.
+func (*DynamoApproxSelection) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.peer_dynamo_approx",
+		New: func() caddy.Module { return new(DynamoApproxSelection) },
+	}
+}
+
+// Provision sets defaults; the KV event subscriptions start at each
+// upstream's first request and stop with ctx.
+func (s *DynamoSelection) Provision(ctx caddy.Context) error {
+	s.useEvents = true
+	return s.provision(ctx)
+}
+
 // Provision sets defaults.
-func (s *DynamoSelection) Provision(caddy.Context) error {
+func (s *DynamoApproxSelection) Provision(ctx caddy.Context) error {
+	return s.provision(ctx)
+}
+
+func (s *dynamoCore) provision(ctx caddy.Context) error {
 	if s.BlockSize == 0 {
 		s.BlockSize = DynamoBlockSize
-	}
-	s.weight = DynamoOverlapScoreWeight
-	if s.OverlapScoreWeight != nil {
-		s.weight = *s.OverlapScoreWeight
 	}
 	if s.TTL == 0 {
 		s.TTL = caddy.Duration(DynamoTTL)
@@ -99,20 +190,51 @@ func (s *DynamoSelection) Provision(caddy.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.index = newApproxIndexer(scaled(s.TTL, s.TimeScale))
-	s.active = newActiveBlocks()
+	s.weights = dynamoWeights{
+		overlapCredit:      DynamoOverlapScoreCredit,
+		prefillLoadScale:   DynamoPrefillLoadScale,
+		activeRequestBlock: s.DecodeActiveRequestWeight,
+	}
+	if s.OverlapScoreCredit != nil {
+		s.weights.overlapCredit = *s.OverlapScoreCredit
+	}
+	if s.PrefillLoadScale != nil {
+		s.weights.prefillLoadScale = *s.PrefillLoadScale
+	}
+	if w := s.OverlapScoreWeight; w != nil { // apply_deprecated_overlap_score_weight_override
+		s.weights.prefillLoadScale = *w
+		if *w == 0 {
+			s.weights.overlapCredit = 0
+		}
+	}
+	s.ctx = ctx
+	s.client = &http.Client{} // a stream: no timeout
+	s.blockSize = s.BlockSize
+	if s.useEvents {
+		s.events = newKVEventIndexer()
+	} else {
+		s.approx = newApproxIndexer(scaled(s.TTL, s.TimeScale))
+	}
+	s.active = newActiveLoad()
+	s.subscribed = map[string]bool{}
+	s.nextSeq = map[int]uint64{}
 	s.intn = defaultIntn
 	s.now = time.Now
 	return nil
 }
 
 // Validate checks the configuration.
-func (s *DynamoSelection) Validate() error {
+func (s *dynamoCore) Validate() error {
+	for name, v := range map[string]*float64{"overlap_score_credit": s.OverlapScoreCredit, "prefill_load_scale": s.PrefillLoadScale, "overlap_score_weight": s.OverlapScoreWeight} {
+		if v != nil && *v < 0 {
+			return fmt.Errorf("%s must not be negative, got %v", name, *v)
+		}
+	}
 	switch {
 	case s.BlockSize < 1:
 		return fmt.Errorf("block_size must be positive, got %d", s.BlockSize)
-	case s.OverlapScoreWeight != nil && *s.OverlapScoreWeight < 0:
-		return fmt.Errorf("overlap_score_weight must not be negative, got %v", *s.OverlapScoreWeight)
+	case s.DecodeActiveRequestWeight < 0:
+		return fmt.Errorf("decode_active_request_weight must not be negative, got %v", s.DecodeActiveRequestWeight)
 	case s.TTL <= 0:
 		return fmt.Errorf("ttl must be positive, got %v", time.Duration(s.TTL))
 	case s.TimeScale <= 0:
@@ -121,11 +243,17 @@ func (s *DynamoSelection) Validate() error {
 	return nil
 }
 
-// Select picks the available upstream of lowest cost and counts the
-// request's blocks as active there until the request ends.
-func (s *DynamoSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
+// Select picks the available upstream of lowest cost, charges it the
+// request's prefill tokens until the first response byte and its blocks
+// until the request ends.
+func (s *dynamoCore) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
 	req := routingText(r)
 	if !req.ok {
+		setReason(r, "fallback")
+		return leastConn(pool, s.intn)
+	}
+	tokens, err := engine.PromptTokens(r.URL.Path, req.body)
+	if err != nil {
 		setReason(r, "fallback")
 		return leastConn(pool, s.intn)
 	}
@@ -133,26 +261,54 @@ func (s *DynamoSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if len(avail) == 0 {
 		return nil
 	}
-	hashes, full := dynamoBlocks(req.model, req.text, s.BlockSize)
 	now := s.now()
+	s.mu.Lock()
+	if s.useEvents {
+		for _, u := range pool {
+			s.subscribeLocked(u.Dial)
+		}
+	}
+	bs := s.blockSize
+	seq := dynamoSeqHashes(nil, tokens, bs)
+	isl := len(tokens)
 	costs := make([]float64, len(avail))
 	ids := make([]int, len(avail))
 	overlaps := make([]int, len(avail))
-	s.mu.Lock()
 	for j, i := range avail {
 		ids[j] = s.ids.id(pool[i].Dial)
-		overlaps[j] = s.index.overlap(hashes[:full], ids[j], now)
-		active, added := s.active.count(ids[j], hashes)
-		costs[j] = dynamoCost(s.weight, len(req.text), s.BlockSize, overlaps[j], active, added)
+		if s.useEvents {
+			overlaps[j] = s.events.overlap(seq, ids[j], now)
+		} else {
+			overlaps[j] = s.approx.overlap(seq, ids[j], now)
+		}
+		prefill, activeBlocks, additional, requests := s.active.projection(ids[j], seq)
+		costs[j] = dynamoLogit(s.weights, bs, isl, overlaps[j]*bs, overlaps[j], prefill, activeBlocks, additional, requests)
 	}
 	j := argmin(costs, s.intn)
 	worker := ids[j]
-	s.index.record(hashes[:full], worker, now)
-	s.active.add(worker, hashes)
+	prefillTokens := isl - overlaps[j]*bs
+	if !s.useEvents {
+		s.approx.record(seq, worker, now)
+	}
+	s.active.add(worker, seq, prefillTokens)
 	s.mu.Unlock()
-	context.AfterFunc(r.Context(), func() {
+
+	var once sync.Once
+	prefillDone := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.active.prefillDone(worker, prefillTokens)
+			s.mu.Unlock()
+		})
+	}
+	ctx := r.Context()
+	// The proxied request carries r's context: its first response byte
+	// marks the end of the prefill (the first token of a stream).
+	*r = *r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotFirstResponseByte: prefillDone}))
+	context.AfterFunc(ctx, func() {
+		prefillDone()
 		s.mu.Lock()
-		s.active.remove(worker, hashes)
+		s.active.remove(worker, seq)
 		s.mu.Unlock()
 		if s.released != nil {
 			s.released()
@@ -166,9 +322,53 @@ func (s *DynamoSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	return pool[avail[j]]
 }
 
+// subscribeLocked starts following dial's KV events the first time it is
+// seen.
+func (s *dynamoCore) subscribeLocked(dial string) {
+	if s.subscribed[dial] {
+		return
+	}
+	s.subscribed[dial] = true
+	worker := s.ids.id(dial)
+	go subscribeKVEvents(s.ctx, s.client, dial, func(b kvBatch) {
+		s.mu.Lock()
+		s.applyLocked(worker, b)
+		s.mu.Unlock()
+		if s.applied != nil {
+			s.applied(dial, b)
+		}
+	})
+}
+
+// applyLocked applies one batch of worker's events in order.
+func (s *dynamoCore) applyLocked(worker int, b kvBatch) {
+	if b.Seq > s.nextSeq[worker] {
+		s.gaps += int(b.Seq - s.nextSeq[worker])
+	}
+	s.nextSeq[worker] = b.Seq + 1
+	for _, ev := range b.Events {
+		switch ev.Type {
+		case "BlockStored":
+			if ev.BlockSize > 0 {
+				s.blockSize = ev.BlockSize
+			}
+			if !s.events.stored(worker, ev.Parent, ev.BlockHashes, ev.TokenIDs, s.blockSize) {
+				s.rejected++
+			}
+		case "BlockRemoved":
+			s.events.removed(worker, ev.BlockHashes)
+		case "AllBlocksCleared":
+			s.events.cleared(worker)
+		}
+	}
+}
+
 // Interface guards
 var (
 	_ caddy.Provisioner     = (*DynamoSelection)(nil)
 	_ caddy.Validator       = (*DynamoSelection)(nil)
 	_ reverseproxy.Selector = (*DynamoSelection)(nil)
+	_ caddy.Provisioner     = (*DynamoApproxSelection)(nil)
+	_ caddy.Validator       = (*DynamoApproxSelection)(nil)
+	_ reverseproxy.Selector = (*DynamoApproxSelection)(nil)
 )

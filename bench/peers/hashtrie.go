@@ -2,16 +2,16 @@ package peers
 
 import (
 	"time"
+	"unicode/utf8"
 
-	"github.com/zeebo/xxh3"
+	"github.com/cespare/xxhash/v2"
 )
 
-// hashTrie is the production-stack's HashTrie: a trie keyed by the hash of
-// each successive chunk of the prompt (the last one may be short), each
-// node holding the set of endpoints a prompt through it was sent to. It
-// never evicts ("we assume that there is no eviction of prefix cache").
-// Chunks are bytes where the original slices characters, and XXH3 where it
-// uses xxHash64.
+// hashTrie is the production-stack's HashTrie (src/vllm_router/prefix/
+// hashtrie.py): a trie keyed by xxHash64 of each successive chunk of
+// chunk characters of the prompt (the last one may be short), each node
+// holding the set of endpoints a prompt through it was sent to. It never
+// evicts ("we assume that there is no eviction of prefix cache").
 type hashTrie struct {
 	chunk int
 	root  *trieNode
@@ -26,12 +26,28 @@ func newHashTrie(chunk int) *hashTrie {
 	return &hashTrie{chunk: chunk, root: &trieNode{endpoints: map[int]struct{}{}}}
 }
 
+// chunks calls f with the hash of each successive chunk of text, as
+// _chunk_and_hash does: xxh64(request[i:i+chunk_size]) of a Python string
+// slices characters, and xxhash hashes their UTF-8 bytes.
+func (t *hashTrie) chunks(text []byte, f func(h uint64) bool) {
+	for len(text) > 0 {
+		end := 0
+		for n := 0; n < t.chunk && end < len(text); n++ {
+			_, size := utf8.DecodeRune(text[end:])
+			end += size
+		}
+		if !f(xxhash.Sum64(text[:end])) {
+			return
+		}
+		text = text[end:]
+	}
+}
+
 // insert records that endpoint was sent text.
 func (t *hashTrie) insert(text []byte, endpoint int) {
 	n := t.root
 	n.endpoints[endpoint] = struct{}{}
-	for i := 0; i < len(text); i += t.chunk {
-		h := xxh3.Hash(text[i:min(i+t.chunk, len(text))])
+	t.chunks(text, func(h uint64) bool {
 		c := n.children[h]
 		if c == nil {
 			c = &trieNode{endpoints: map[int]struct{}{}}
@@ -42,21 +58,23 @@ func (t *hashTrie) insert(text []byte, endpoint int) {
 		}
 		n = c
 		n.endpoints[endpoint] = struct{}{}
-	}
+		return true
+	})
 }
 
 // longestPrefixMatch follows text's chunks while some of the endpoints
-// still selected hold them, and returns the characters matched and the
+// still selected hold them, and returns the characters matched (chunk per
+// chunk followed, the last one counted whole, as upstream counts) and the
 // endpoints (of available, in its order) holding the deepest match; with
 // no match, all of available.
 func (t *hashTrie) longestPrefixMatch(text []byte, available []int) (int, []int) {
 	selected := available
 	matched := 0
 	n := t.root
-	for i := 0; i < len(text); i += t.chunk {
-		c := n.children[xxh3.Hash(text[i:min(i+t.chunk, len(text))])]
+	t.chunks(text, func(h uint64) bool {
+		c := n.children[h]
 		if c == nil {
-			break
+			return false
 		}
 		var next []int
 		for _, e := range selected {
@@ -65,11 +83,12 @@ func (t *hashTrie) longestPrefixMatch(text []byte, available []int) (int, []int)
 			}
 		}
 		if len(next) == 0 {
-			break
+			return false
 		}
 		n, selected = c, next
 		matched += t.chunk
-	}
+		return true
+	})
 	return matched, selected
 }
 

@@ -14,6 +14,7 @@ func TestHashTrieLongestPrefixMatch(t *testing.T) {
 	trie.insert([]byte(conv), 1)
 	trie.insert([]byte(sys+"other"), 2)
 	trie.insert([]byte("elsewhere"), 3)
+	trie.insert([]byte("ééééz"), 4) // four characters, eight bytes, then one
 	tests := []struct {
 		name        string
 		text        string
@@ -27,6 +28,7 @@ func TestHashTrieLongestPrefixMatch(t *testing.T) {
 		{"shared chunks only", sys + "zzzz", []int{1, 2, 3}, 8, []int{1, 2}},
 		{"holder unavailable: stop before its chunks", conv, []int{2, 3}, 8, []int{2}},
 		{"a short chunk matches only itself", sys + "ot", []int{1, 2, 3}, 8, []int{1, 2}},
+		{"chunks are characters, not bytes", "ééééxy", []int{1, 2, 3, 4}, 4, []int{4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 // echoBackend records the bodies it receives and serves /metrics like a
-// vLLM engine.
+// vLLM engine without KV events.
 type echoBackend struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
@@ -27,8 +27,12 @@ type echoBackend struct {
 func newEchoBackend(t *testing.T) *echoBackend {
 	b := &echoBackend{}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
+		switch r.URL.Path {
+		case "/metrics":
 			io.WriteString(w, engineMetricsText)
+			return
+		case "/kv_events": // an engine that publishes none
+			http.NotFound(w, r)
 			return
 		}
 		body, err := io.ReadAll(r.Body)
@@ -65,7 +69,7 @@ func TestPeersThroughCaddy(t *testing.T) {
 		`{"model":"m","prompt":"` + strings.Repeat("once upon a time ", 40) + `"}`,
 		`not json at all`,
 	}
-	for _, peer := range []string{"peer_sglang", "peer_llmd", "peer_kubeai", "peer_vllmstack", "peer_dynamo"} {
+	for _, peer := range []string{"peer_sglang", "peer_llmd", "peer_kubeai", "peer_vllmstack", "peer_dynamo", "peer_dynamo_approx"} {
 		t.Run(peer, func(t *testing.T) {
 			addr := freeAddr(t)
 			cfg := map[string]any{

@@ -8,7 +8,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/zeebo/xxh3"
 )
 
 func init() {
@@ -31,28 +30,32 @@ const (
 	KubeAIReplication = 256
 )
 
-// KubeAISelection is KubeAI's PrefixHash strategy (github.com/substratusai/
-// kubeai internal/loadbalancer/balance_chwbl.go and group.go,
-// internal/apiutils/request.go, api/openai/v1 ChatCompletionRequest.Prefix):
-// consistent hashing with bounded loads of the first prefix_char_length
-// (100) characters of the first user message, on a ring of replication
-// (256) points per endpoint; walking clockwise from the key, the first
-// endpoint whose in-flight load + 1 <= mean_load_factor (1.25) x (total
-// in flight + 1) / endpoints takes the request, else the first endpoint
-// met. SMG's prefix_hash policy (lightseekorg/smg
-// model_gateway/src/policies/prefix_hash.rs) is the same scheme on the
-// first 256 tokens, with least-loaded as the spill.
+// KubeAISelection is KubeAI's PrefixHash strategy, read from
+// github.com/substratusai/kubeai at 2f32ef498da629f96fd417ddfaaf22c28d40787e
+// (internal/loadbalancer/balance_chwbl.go chwblGetAddr and chwblLoadOK,
+// group.go getBestAddr, api/openai/v1/chat_completions.go Prefix,
+// api/k8s/v1/model_types.go PrefixHash defaults): consistent hashing with
+// bounded loads of the first prefix_char_length (100) characters of the
+// first user message, on a ring of replication (256) xxHash64 points per
+// endpoint; walking clockwise from the key's point, the first endpoint
+// whose in-flight load <= mean_load_factor (1.25) x (total in flight + 1)
+// / endpoints takes the request, else the first endpoint met. SMG's
+// prefix_hash policy (lightseekorg/smg at 73da68ca9472bbc0ff5f63d31a8a21fbb8696359,
+// model_gateway/src/policies/prefix_hash.rs load_ok) has the same bound.
 //
-// Deviations: XXH3 instead of xxHash64; no LoRA adapter in the key (the
-// benchmark uses none); the message text comes from the routing text, so
-// text parts are joined with "\n" (KubeAI joins them with nothing); loads
-// are Caddy's in-flight counts (KubeAI: its own, the same thing).
+// Deviations: no LoRA adapter in the key (the benchmark uses none); the
+// message text comes from the routing text, so text parts are joined with
+// "\n" (KubeAI joins them with nothing; the benchmark sends strings);
+// endpoints are named by their Dial on the ring (KubeAI: by pod name);
+// loads are Caddy's in-flight counts of this Caddy (KubeAI: its own, the
+// same thing). Until issue 16 the bound was load + 1 <= ..., one request
+// stricter than KubeAI's.
 type KubeAISelection struct {
 	// Characters of the first user message that are hashed. Default: `100`.
 	PrefixCharLength int `json:"prefix_char_length,omitempty"`
 
-	// An endpoint takes a request while its in-flight load + 1 is at most
-	// this factor times the mean. Default: `1.25`.
+	// An endpoint takes a request while its in-flight load is at most this
+	// factor times the mean with the request counted. Default: `1.25`.
 	MeanLoadFactor float64 `json:"mean_load_factor,omitempty"`
 
 	// Points of each endpoint on the hash ring. Default: `256`.
@@ -118,7 +121,7 @@ func (s *KubeAISelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		loads[j] = pool[i].NumRequests()
 		names[j] = pool[i].Dial
 	}
-	key := xxh3.Hash(kubeAIPrefix(req.text, req.kind, s.PrefixCharLength))
+	key := chwblKey(kubeAIPrefix(req.text, req.kind, s.PrefixCharLength))
 	s.mu.Lock()
 	if ringKey := strings.Join(names, " "); ringKey != s.key {
 		s.key = ringKey

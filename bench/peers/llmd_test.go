@@ -3,6 +3,8 @@ package peers
 import (
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
 func TestLLMDSelectFollowsPrefix(t *testing.T) {
@@ -17,5 +19,37 @@ func TestLLMDSelectFollowsPrefix(t *testing.T) {
 		if got := s.Select(pool, chatRequest(system, q), nil); got != first {
 			t.Errorf("Select(%s) = %s, want %s, which holds the system prompt's blocks", q, got.Dial, first.Dial)
 		}
+	}
+}
+
+// TestLLMDAutoTune checks that the peer sizes each server's LRU from the
+// engine's vllm:cache_config_info, as makeserver does with AutoTune on
+// (the default), and keeps GIE's 31,250 with it off.
+func TestLLMDAutoTune(t *testing.T) {
+	_, up := engineUpstream(t, 2500)
+	off := false
+	tests := []struct {
+		name     string
+		autoTune *bool
+		want     int
+	}{
+		{"AutoTune (default): the engine's num_gpu_blocks", nil, 2500},
+		{"AutoTune off: GIE's default", &off, LLMDLRUCapacityPerServer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &LLMDSelection{AutoTune: tt.autoTune}
+			if err := s.Provision(newTestContext(t)); err != nil {
+				t.Fatal(err)
+			}
+			pool := reverseproxy.UpstreamPool{up}
+			s.Select(pool, chatRequest(strings.Repeat("Shared instructions. ", 30), "q"), nil)
+			s.mu.Lock()
+			got := s.index.capacity(s.ids.id(up.Dial))
+			s.mu.Unlock()
+			if got != tt.want {
+				t.Errorf("LRU capacity %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -11,11 +11,16 @@ import (
 	"time"
 )
 
-// engineMetrics are the engine gauges llm-d's scorers read.
+// engineMetrics are the engine metrics llm-d's plugins read, as the
+// llm-d-router metrics extractor maps vLLM's (pkg/epp/framework/plugins/
+// datalayer/extractor/metrics: extractor.go, factories.go
+// defaultEngineConfigs "vllm").
 type engineMetrics struct {
-	waiting int     // vllm:num_requests_waiting
-	kvUsage float64 // vllm:kv_cache_usage_perc, 0 to 1
-	ok      bool    // scraped at least once
+	waiting   int     // vllm:num_requests_waiting
+	kvUsage   float64 // vllm:kv_cache_usage_perc, 0 to 1
+	blockSize int     // vllm:cache_config_info's block_size label, 0 if absent
+	numBlocks int     // vllm:cache_config_info's num_gpu_blocks label, 0 if absent
+	ok        bool    // scraped at least once
 }
 
 // Metric names, as vLLM exports them (GIE's vLLM mapping also accepts the
@@ -24,11 +29,15 @@ const (
 	metricWaiting   = "vllm:num_requests_waiting"
 	metricKVUsage   = "vllm:kv_cache_usage_perc"
 	metricKVUsageV0 = "vllm:gpu_cache_usage_perc"
+	metricCacheInfo = "vllm:cache_config_info"
 )
 
-// parseEngineMetrics reads the two gauges from a Prometheus text
-// exposition, summing over label sets (one engine, one series each in
-// practice). ok is false when neither gauge is present.
+// parseEngineMetrics reads the gauges from a Prometheus text exposition,
+// summing the two load gauges over label sets (one engine, one series
+// each in practice), and the cache geometry from the labels of
+// vllm:cache_config_info, as populateCacheInfoMetrics does (strconv.Atoi
+// of the block_size and num_gpu_blocks labels; a bad value is left out).
+// ok is false when no gauge is present.
 func parseEngineMetrics(r io.Reader) (engineMetrics, error) {
 	var m engineMetrics
 	sc := bufio.NewScanner(r)
@@ -43,6 +52,17 @@ func parseEngineMetrics(r io.Reader) (engineMetrics, error) {
 			continue
 		}
 		name := string(line[:end])
+		if name == metricCacheInfo && line[end] == '{' {
+			labels := parseLabels(line[end+1:])
+			if v, err := strconv.Atoi(labels["block_size"]); err == nil {
+				m.blockSize = v
+			}
+			if v, err := strconv.Atoi(labels["num_gpu_blocks"]); err == nil {
+				m.numBlocks = v
+			}
+			m.ok = true
+			continue
+		}
 		if name != metricWaiting && name != metricKVUsage && name != metricKVUsageV0 {
 			continue
 		}
@@ -74,6 +94,38 @@ func parseEngineMetrics(r io.Reader) (engineMetrics, error) {
 	return m, sc.Err()
 }
 
+// parseLabels parses the label pairs of a sample, from just after its
+// "{" to its "}", unescaping quoted values.
+func parseLabels(b []byte) map[string]string {
+	labels := map[string]string{}
+	for len(b) > 0 && b[0] != '}' {
+		eq := bytes.IndexByte(b, '=')
+		if eq < 0 || eq+1 >= len(b) || b[eq+1] != '"' {
+			break
+		}
+		key := string(bytes.TrimSpace(b[:eq]))
+		b = b[eq+2:]
+		var val []byte
+		i := 0
+		for ; i < len(b) && b[i] != '"'; i++ {
+			if b[i] == '\\' && i+1 < len(b) {
+				i++
+				if b[i] == 'n' {
+					val = append(val, '\n')
+					continue
+				}
+			}
+			val = append(val, b[i])
+		}
+		labels[key] = string(val)
+		if i >= len(b) {
+			break
+		}
+		b = bytes.TrimLeft(b[i+1:], ", ")
+	}
+	return labels
+}
+
 // scraper polls the /metrics of every upstream it has been told about, as
 // GIE's datastore refreshes its pods' metrics, and keeps the last values.
 type scraper struct {
@@ -83,6 +135,7 @@ type scraper struct {
 	mu      sync.Mutex
 	targets map[string]bool // Dial -> watched
 	metrics map[string]engineMetrics
+	primed  map[string]bool // Dial -> scraped once on the request path
 }
 
 func newScraper(interval time.Duration) *scraper {
@@ -91,6 +144,7 @@ func newScraper(interval time.Duration) *scraper {
 		interval: interval,
 		targets:  map[string]bool{},
 		metrics:  map[string]engineMetrics{},
+		primed:   map[string]bool{},
 	}
 }
 
@@ -106,6 +160,32 @@ func (s *scraper) get(dial string) engineMetrics {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.metrics[dial]
+}
+
+// prime scrapes dial now if it has never been scraped nor primed, so
+// that a router started in front of running engines knows them before its
+// first decision, as GIE's datastore has scraped its pods before they
+// receive traffic. A failed scrape leaves it to the periodic loop: the
+// request path tries each upstream once.
+func (s *scraper) prime(ctx context.Context, dial string) engineMetrics {
+	s.mu.Lock()
+	m, tried := s.metrics[dial], s.primed[dial]
+	s.primed[dial] = true
+	s.mu.Unlock()
+	if m.ok || tried {
+		return m
+	}
+	m, err := s.scrape(ctx, dial)
+	if err != nil {
+		return engineMetrics{}
+	}
+	s.mu.Lock()
+	if !s.metrics[dial].ok {
+		s.metrics[dial] = m
+	}
+	m = s.metrics[dial]
+	s.mu.Unlock()
+	return m
 }
 
 // run scrapes every watched upstream each interval until ctx is done.

@@ -19,6 +19,9 @@ vllm:num_requests_waiting{model_name="sim model",engine="0"} 3
 # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{model_name="sim",engine="0"} 0.25 1700000000000
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_cpu_blocks="None",num_gpu_blocks="4096",engine="0"} 1.0
 `
 
 func TestParseEngineMetrics(t *testing.T) {
@@ -27,7 +30,9 @@ func TestParseEngineMetrics(t *testing.T) {
 		text string
 		want engineMetrics
 	}{
-		{"vllm", engineMetricsText, engineMetrics{waiting: 3, kvUsage: 0.25, ok: true}},
+		{"vllm", engineMetricsText, engineMetrics{waiting: 3, kvUsage: 0.25, blockSize: 16, numBlocks: 4096, ok: true}},
+		{"cache info only, escaped label", "vllm:cache_config_info{note=\"a \\\"b\\\", c\",num_gpu_blocks=\"25000\",block_size=\"32\"} 1.0\n", engineMetrics{blockSize: 32, numBlocks: 25000, ok: true}},
+		{"cache info, bad numbers left out", `vllm:cache_config_info{block_size="None",num_gpu_blocks="x"} 1.0` + "\n", engineMetrics{ok: true}},
 		{"no labels, v0 name", "vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 0.5\n", engineMetrics{waiting: 2, kvUsage: 0.5, ok: true}},
 		{"absent", "# nothing\nother_metric 1\n", engineMetrics{}},
 		{"prefix of a name", "vllm:num_requests_waiting_total 9\n", engineMetrics{}},
@@ -66,7 +71,7 @@ func TestScraper(t *testing.T) {
 	go func() { s.run(ctx); close(done) }()
 	// The second scrape starts after the first one's values are stored.
 	<-second
-	if got := s.get(dial); got != (engineMetrics{waiting: 3, kvUsage: 0.25, ok: true}) {
+	if got := s.get(dial); got != (engineMetrics{waiting: 3, kvUsage: 0.25, blockSize: 16, numBlocks: 4096, ok: true}) {
 		t.Errorf("get(%s) after a scrape = %+v, want waiting 3, usage 0.25", dial, got)
 	}
 	if got := s.get("127.0.0.1:1"); got.ok {

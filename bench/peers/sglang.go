@@ -15,8 +15,11 @@ func init() {
 }
 
 // Defaults of the SGLang model gateway's cache_aware policy, from its CLI
-// (sgl-model-gateway / smg `CliArgs::default` and `parse_policy_config`;
-// the same values its Helm chart and launch logs show).
+// (lightseekorg/smg model_gateway/src/main.rs CliArgs: --cache-threshold,
+// --balance-abs-threshold, --balance-rel-threshold, --eviction-interval,
+// --max-tree-size; the Python launcher's RouterArgs agrees). The KV-usage
+// imbalance triggers (--balance-token-usage-threshold and
+// --overload-token-usage-threshold) default to 1.0, which disables them.
 const (
 	// SGLangCacheThreshold: a prefix match of more than this share of the
 	// request's text routes to the matching worker.
@@ -36,24 +39,36 @@ const (
 	SGLangMaxTreeSize = 1 << 26
 )
 
-// SGLangSelection is the SGLang model gateway's cache_aware policy
-// (github.com/sgl-project/sglang sgl-router, now lightseekorg/smg
-// model_gateway: src/policies/cache_aware.rs and tree.rs): an approximate
-// radix tree of the raw request text sent to each worker; a request goes to
-// the worker whose tree matches more than cache_threshold (0.3) of its
-// text, else to the worker with the smallest tree, unless the in-flight
-// loads are imbalanced (max - min > balance_abs_threshold 64 and max >
+// SGLangSelection is the SGLang model gateway's cache_aware policy for
+// HTTP workers, read from github.com/lightseekorg/smg (where sgl-router
+// moved) at 73da68ca9472bbc0ff5f63d31a8a21fbb8696359:
+// model_gateway/src/policies/cache_aware.rs (select_worker,
+// is_imbalanced, select_worker_with_text, select_worker_min_load),
+// model_gateway/src/policies/mod.rs (CacheAwareConfig),
+// model_gateway/src/main.rs (CLI defaults), crates/kv_index/src/
+// string_tree.rs (the tree), crates/protocols/src/chat.rs
+// (extract_text_for_routing). The request text is the messages' texts
+// joined with spaces (no roles, no tools) or the prompt; an approximate
+// radix tree of the texts sent to each worker gives the worker of the
+// longest match (see radixTree for which one), and the request goes there
+// if the match covers more than cache_threshold (0.3) of its text, else
+// to the least-loaded worker (fewest in flight, then fewest requests sent
+// by this policy, then pool order), unless the in-flight loads are
+// imbalanced (max - min > balance_abs_threshold 64 and max >
 // balance_rel_threshold 1.5 x min), when it goes to the least-loaded
 // worker; the text is then inserted for the chosen worker. A sweep every
-// eviction_interval (120s) evicts each worker's least recently used leaves
-// down to max_tree_size (2^26) characters.
+// eviction_interval (120s) evicts each worker's least recently used
+// leaves down to max_tree_size (2^26) characters. HTTP workers have
+// neither the event-driven nor the token-tree mode, which need gRPC.
 //
-// Deviations: one lock around the tree instead of node locks; bytes of
-// routing text instead of chars of the request text; the match's tenant is
-// the node's most recently used one (SGLang: the first in a DashMap);
-// loads are Caddy's in-flight counts (SGLang: its own, the same thing);
+// Deviations: one lock around the tree instead of node locks; bytes where
+// SMG counts chars (the same for ASCII); of a node's tenants when its
+// creator left, the lowest id stands for DashMap's first; loads are
+// Caddy's in-flight counts of this Caddy (SMG: its own, the same thing);
 // one tree per module rather than per model (the benchmark serves one
-// model).
+// model). Until issue 16 the peer sent a miss to the worker with the
+// smallest tree (SMG's older rule, changed in sglang PR #14650) and
+// reported the most recent tenant of a node.
 type SGLangSelection struct {
 	// Share of the request's text a worker must hold to be chosen for it.
 	// Default: `0.3`.
@@ -78,11 +93,12 @@ type SGLangSelection struct {
 	// multiplies eviction_interval. Default: `1`.
 	TimeScale float64 `json:"time_scale,omitempty"`
 
-	policy sglangPolicy
-	mu     sync.Mutex
-	tree   *radixTree
-	ids    interner
-	intn   func(int) int
+	policy    sglangPolicy
+	mu        sync.Mutex
+	tree      *radixTree
+	processed map[int]int // requests this policy sent each worker
+	ids       interner
+	intn      func(int) int
 }
 
 // CaddyModule returns the Caddy module information.
@@ -119,6 +135,7 @@ func (s *SGLangSelection) Provision(ctx caddy.Context) error {
 	}
 	s.policy = sglangPolicy{s.CacheThreshold, s.BalanceAbsThreshold, s.BalanceRelThreshold}
 	s.tree = newRadixTree()
+	s.processed = map[int]int{}
 	s.intn = defaultIntn
 	go s.sweep(ctx, scaled(s.EvictionInterval, s.TimeScale))
 	return nil
@@ -171,14 +188,20 @@ func (s *SGLangSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if len(avail) == 0 {
 		return nil
 	}
+	text := joinMessages(messages(req.text, req.kind), " ", true)
 	loads := make([]int, len(avail))
 	tenants := make([]int, len(avail))
+	processed := make([]int, len(avail))
 	s.mu.Lock()
 	for j, i := range avail {
 		loads[j] = pool[i].NumRequests()
 		tenants[j] = s.ids.id(pool[i].Dial)
+		processed[j] = s.processed[tenants[j]]
 	}
-	j, reason := s.policy.choose(s.tree, req.text, tenants, loads)
+	j, reason := s.policy.choose(s.tree, text, tenants, loads, processed)
+	if reason != "stale" {
+		s.processed[tenants[j]]++
+	}
 	s.mu.Unlock()
 	setReason(r, reason)
 	return pool[avail[j]]

@@ -18,8 +18,10 @@ func TestSGLangSelectKeepsPrefixTogether(t *testing.T) {
 			t.Errorf("Select(%s question) = %s, want %s, which holds the system prompt", q, got.Dial, first.Dial)
 		}
 	}
+	// A miss goes to the least loaded: all idle, so the fewest requests
+	// sent, which excludes the worker that took the four above.
 	other := s.Select(pool, chatRequest(strings.Repeat("Another app entirely. ", 40), "hi"), nil)
 	if other == first {
-		t.Errorf("a cold request went to %s, the largest tree, want the smallest", other.Dial)
+		t.Errorf("a cold request went to %s, which this policy sent 4 requests, want one it sent none", other.Dial)
 	}
 }

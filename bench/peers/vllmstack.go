@@ -22,32 +22,39 @@ const (
 	VLLMStackChunkSize = 128
 
 	// VLLMStackRequestStatsWindow is --request-stats-window: the sliding
-	// window over which each engine's request rate (QPS) is computed.
+	// window over which each engine's request rate (QPS) is computed, for
+	// the fallback below --prefix-min-match-length.
 	VLLMStackRequestStatsWindow = 60 * time.Second
 )
 
 // VLLMStackSelection is the vLLM production-stack router's prefixaware
-// routing logic (github.com/vllm-project/production-stack
-// src/vllm_router/routers/routing_logic.py PrefixAwareRouter and
-// _qps_routing, src/vllm_router/prefix/hashtrie.py): a trie, per model and
-// request path, of the hashes of the prompt's successive 128-character
-// chunks, each node listing the endpoints sent a prompt through it; the
-// request goes to the endpoint with the lowest request rate (over the
-// 60s --request-stats-window; one never used first) among those holding
-// the longest matched prefix, or among all endpoints when nothing matches
-// (match threshold 0); the prompt is then inserted for it. The trie is
+// routing logic, read from github.com/vllm-project/production-stack at
+// a6c01db05f65f556235413ba8dbcfb0c01132fff (src/vllm_router/routers/
+// routing_logic.py PrefixAwareRouter.route_request and _qps_routing,
+// src/vllm_router/prefix/hashtrie.py, src/vllm_router/parsers/parser.py
+// --prefix-min-match-length): the prompt is the chat messages' contents
+// joined with "\n" (roles and tools left out) or the completion prompt; one
+// trie for the router, of the xxHash64 of the prompt's successive
+// 128-character chunks, each node listing the endpoints sent a prompt
+// through it; the request goes to an endpoint chosen at random among
+// those holding the longest matched prefix, which is every available
+// endpoint when nothing matches; the prompt is then inserted for it. Only
+// when the match is shorter than prefix_min_match_length (default 0, so
+// never) does it fall back to the lowest request rate over the 60s
+// --request-stats-window (an endpoint never used first). The trie is
 // never pruned.
 //
-// Deviations: bytes of routing text where the router slices characters
-// of its own "<|role|>\ncontent" rendering; XXH3 instead of xxHash64; the
-// prompt is inserted at selection (the router: after a successful
-// response).
+// Deviations: the prompt comes from the routing text, so text parts of one
+// message are joined with "\n" (upstream: " "); endpoints are Dials.
+// Until issue 16 the peer broke ties by the lowest request rate and kept
+// one trie per model and path, both in its favour and neither upstream's.
 type VLLMStackSelection struct {
 	// Characters of prompt per trie level. Default: `128`.
 	ChunkSize int `json:"chunk_size,omitempty"`
 
-	// Shortest match, in characters, that restricts the choice to the
-	// matching endpoints. Default: `0`.
+	// Shortest match, in characters, below which the request goes to the
+	// endpoint of lowest request rate instead of a matching one.
+	// Default: `0`.
 	MatchThreshold int `json:"match_threshold,omitempty"`
 
 	// Window of the per-endpoint request rate. Default: `60s`.
@@ -58,7 +65,7 @@ type VLLMStackSelection struct {
 	TimeScale float64 `json:"time_scale,omitempty"`
 
 	mu    sync.Mutex
-	tries map[string]*hashTrie // by model and path
+	trie  *hashTrie
 	rates *rateWindow
 	ids   interner
 	intn  func(int) int
@@ -87,7 +94,7 @@ func (s *VLLMStackSelection) Provision(caddy.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.tries = map[string]*hashTrie{}
+	s.trie = newHashTrie(s.ChunkSize)
 	s.rates = newRateWindow(scaled(s.RequestStatsWindow, s.TimeScale))
 	s.intn = defaultIntn
 	s.now = time.Now
@@ -109,8 +116,7 @@ func (s *VLLMStackSelection) Validate() error {
 	return nil
 }
 
-// Select routes to the least busy endpoint among the longest-prefix
-// holders.
+// Select routes to a random endpoint among the longest-prefix holders.
 func (s *VLLMStackSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
 	req := routingText(r)
 	if !req.ok {
@@ -121,6 +127,7 @@ func (s *VLLMStackSelection) Select(pool reverseproxy.UpstreamPool, r *http.Requ
 	if len(avail) == 0 {
 		return nil
 	}
+	prompt := joinMessages(messages(req.text, req.kind), "\n", false)
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,19 +135,8 @@ func (s *VLLMStackSelection) Select(pool reverseproxy.UpstreamPool, r *http.Requ
 	for j, i := range avail {
 		ids[j] = s.ids.id(pool[i].Dial)
 	}
-	key := req.model + "\n" + r.URL.Path
-	trie := s.tries[key]
-	if trie == nil {
-		trie = newHashTrie(s.ChunkSize)
-		s.tries[key] = trie
-	}
-	matched, holders := trie.longestPrefixMatch(req.text, ids)
-	cands, reason := holders, "prefix"
-	if matched == 0 || matched < s.MatchThreshold {
-		cands, reason = ids, "qps"
-	}
-	chosen := cands[qpsRoute(cands, s.rates, now)]
-	trie.insert(req.text, chosen)
+	chosen, reason := vllmStackRoute(s.trie, s.rates, prompt, ids, s.MatchThreshold, now, s.intn)
+	s.trie.insert(prompt, chosen)
 	s.rates.add(chosen, now)
 	setReason(r, reason)
 	for j, id := range ids {
@@ -149,6 +145,22 @@ func (s *VLLMStackSelection) Select(pool reverseproxy.UpstreamPool, r *http.Requ
 		}
 	}
 	return nil // unreachable: chosen is one of ids
+}
+
+// vllmStackRoute is route_request's choice among available: below
+// minMatch characters matched, _qps_routing over all of them ("qps");
+// otherwise a uniformly random holder of the longest match, which is any
+// of them when nothing matches ("prefix" or "random").
+func vllmStackRoute(trie *hashTrie, rates *rateWindow, prompt []byte, available []int, minMatch int, now time.Time, intn func(int) int) (int, string) {
+	matched, holders := trie.longestPrefixMatch(prompt, available)
+	if matched < minMatch {
+		return available[qpsRoute(available, rates, now)], "qps"
+	}
+	reason := "prefix"
+	if matched == 0 {
+		reason = "random"
+	}
+	return holders[intn(len(holders))], reason
 }
 
 // Interface guards

@@ -2,13 +2,18 @@
 // -json files given as arguments (one per seed or repeat), groups the runs
 // by workload, load and policy, and prints one markdown table per workload
 // and load with each figure's mean and its range over the repeats, then
-// says for each figure whether prefix_cache leads the best peer.
+// says for each figure how prefix_cache compares with the best other
+// policy (by mean) and, with -reference, with that policy too.
 //
-//	go run ./bench/cmd/peertable -lead prefix_cache results/*.json
+//	go run ./bench/cmd/peertable -lead prefix_cache -reference peer_dynamo results/*.json
 //
-// "Leads" means its mean is at least the best other policy's; "within
-// spread" means it is behind on the mean but the two ranges over the
-// repeats overlap; "behind" means they do not.
+// The verdict is symmetric: "leads" when the lead's range (min–max over
+// the repeats) is entirely better than the other's, "behind" when it is
+// entirely worse, and "tie within spread" when the two ranges overlap,
+// whichever mean is better. A cell gives no verdict, and says so, when
+// either policy has fewer runs than the cell needs: 5 on a Mooncake trace
+// (workloads named mooncake…, whose hit rate swings by ±0.01 between
+// runs), -min-runs elsewhere.
 //
 // With -svg FILE it also writes a self-contained SVG chart of the same
 // summaries: a row per workload and load, with token hit rate (the upper
@@ -33,12 +38,14 @@ import (
 
 func main() {
 	lead := flag.String("lead", "prefix_cache", "the policy whose lead is checked against every other")
+	reference := flag.String("reference", "", "also compare the lead with this policy, e.g. peer_dynamo (the precise reference)")
+	minRuns := flag.Int("min-runs", 1, "fewest runs per policy and cell for a verdict, outside Mooncake (which needs 5)")
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-policies a,b] [-rename old=new] [-svg chart.svg] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-svg chart.svg] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -59,7 +66,7 @@ func main() {
 		order = strings.Split(*only, ",")
 	}
 	sums := summaries(group(all, order))
-	if err := write(os.Stdout, sums, *lead); err != nil {
+	if err := write(os.Stdout, sums, verdictRule{lead: *lead, reference: *reference, minRuns: *minRuns}); err != nil {
 		fmt.Fprintln(os.Stderr, "peertable:", err)
 		os.Exit(1)
 	}
@@ -243,6 +250,7 @@ type summary struct {
 // row is one policy's figures over the repeats.
 type row struct {
 	policy      string
+	runs        int
 	hit         stat
 	p50, p90    stat // TTFT, seconds
 	errors      int
@@ -263,6 +271,7 @@ func summaries(cells []*cell) []*summary {
 			s.repeats = max(s.repeats, len(runs))
 			r := row{
 				policy:      p,
+				runs:        len(runs),
 				hit:         over(runs, func(r *driver.Run) float64 { return r.HitRate }),
 				p50:         over(runs, func(r *driver.Run) float64 { return r.TTFT.P50 }),
 				p90:         over(runs, func(r *driver.Run) float64 { return r.TTFT.P90 }),
@@ -292,63 +301,107 @@ func (s *summary) title() string {
 	return fmt.Sprintf("%s, %s (%s)", s.workload, s.load, runs)
 }
 
-func write(w io.Writer, sums []*summary, lead string) error {
+// verdictRule says which policies a verdict compares and how many runs
+// it needs.
+type verdictRule struct {
+	lead      string
+	reference string // also compared with, if set
+	minRuns   int    // outside Mooncake
+}
+
+// MooncakeMinRuns is the fewest runs per policy of a Mooncake cell that
+// gives a verdict: its hit rate swings by about ±0.01 between runs, so
+// fewer runs make a range too narrow to trust.
+const MooncakeMinRuns = 5
+
+// needRuns is the fewest runs a verdict on workload needs.
+func (v verdictRule) needRuns(workload string) int {
+	if strings.HasPrefix(workload, "mooncake") {
+		return max(MooncakeMinRuns, v.minRuns)
+	}
+	return max(1, v.minRuns)
+}
+
+func write(w io.Writer, sums []*summary, v verdictRule) error {
 	for _, s := range sums {
 		fmt.Fprintf(w, "### %s\n\n", s.title())
-		fmt.Fprintln(w, "| policy | hit rate | TTFT p50 (s) | TTFT p90 (s) | errors | requests max/mean | preemptions |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) | errors | requests max/mean | preemptions |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range s.rows {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s |\n", r.policy,
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %s | %s |\n", r.policy, r.runs,
 				r.hit.format(3), r.p50.format(2), r.p90.format(2), r.errors,
 				r.imbalance.format(2), r.preemptions.format(0))
 		}
-		if v := verdict(s, lead); v != "" {
-			fmt.Fprintf(w, "\n%s\n", v)
+		for _, line := range verdicts(s, v) {
+			fmt.Fprintf(w, "\n%s\n", line)
 		}
 		fmt.Fprintln(w)
 	}
 	return nil
 }
 
-// verdict compares lead with the best other policy on hit rate (higher is
-// better) and TTFT p90 (lower is better).
-func verdict(s *summary, lead string) string {
-	i := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == lead })
+// figure is one compared figure.
+type figure struct {
+	name   string
+	f      func(row) stat
+	higher bool // higher is better
+}
+
+var figures = []figure{
+	{"hit rate", func(r row) stat { return r.hit }, true},
+	{"TTFT p90", func(r row) stat { return r.p90 }, false},
+}
+
+// verdicts compares the lead with the best other policy on each figure
+// (by mean) and, if set and different, with the reference; one line per
+// comparison.
+func verdicts(s *summary, v verdictRule) []string {
+	i := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == v.lead })
 	if i < 0 || len(s.rows) < 2 {
-		return ""
+		return nil
 	}
-	figures := []struct {
-		name   string
-		f      func(row) stat
-		higher bool
-	}{
-		{"hit rate", func(r row) stat { return r.hit }, true},
-		{"TTFT p90", func(r row) stat { return r.p90 }, false},
-	}
+	lead := s.rows[i]
+	var lines []string
 	var parts []string
 	for _, fig := range figures {
-		m := fig.f(s.rows[i])
-		best, bs := "", stat{}
-		for _, r := range s.rows {
-			if r.policy == lead {
+		var best *row
+		for k := range s.rows {
+			r := &s.rows[k]
+			if r.policy == v.lead {
 				continue
 			}
-			st := fig.f(r)
-			if best == "" || (fig.higher && st.mean > bs.mean) || (!fig.higher && st.mean < bs.mean) {
-				best, bs = r.policy, st
+			if best == nil || (fig.higher && fig.f(*r).mean > fig.f(*best).mean) || (!fig.higher && fig.f(*r).mean < fig.f(*best).mean) {
+				best = r
 			}
 		}
-		var word string
-		switch {
-		case (fig.higher && m.mean >= bs.mean) || (!fig.higher && m.mean <= bs.mean):
-			word = "leads"
-		case m.lo <= bs.hi && bs.lo <= m.hi:
-			word = "within spread of"
-		default:
-			word = "behind"
-		}
-		parts = append(parts, fmt.Sprintf("%s: %s %s %s (%s vs %s)", fig.name, lead, word, best,
-			m.format(3), bs.format(3)))
+		parts = append(parts, compare(fig, lead, *best, v.needRuns(s.workload)))
 	}
-	return strings.Join(parts, "; ") + "."
+	lines = append(lines, strings.Join(parts, "; ")+".")
+	if j := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == v.reference }); v.reference != "" && v.reference != v.lead && j >= 0 {
+		parts = parts[:0]
+		for _, fig := range figures {
+			parts = append(parts, compare(fig, lead, s.rows[j], v.needRuns(s.workload)))
+		}
+		lines = append(lines, "Against the reference: "+strings.Join(parts, "; ")+".")
+	}
+	return lines
+}
+
+// compare says how lead stands against other on fig: "leads" or "behind"
+// only when their ranges do not overlap, else "tie within spread"; no
+// verdict with fewer than need runs of either.
+func compare(fig figure, lead, other row, need int) string {
+	m, o := fig.f(lead), fig.f(other)
+	vs := fmt.Sprintf("(%s vs %s)", m.format(3), o.format(3))
+	if lead.runs < need || other.runs < need {
+		return fmt.Sprintf("%s: no verdict on %s vs %s, %d and %d runs, %d needed %s", fig.name, lead.policy, other.policy, lead.runs, other.runs, need, vs)
+	}
+	word := "tie within spread with"
+	switch {
+	case fig.higher && m.lo > o.hi, !fig.higher && m.hi < o.lo:
+		word = "leads"
+	case fig.higher && m.hi < o.lo, !fig.higher && m.lo > o.hi:
+		word = "behind"
+	}
+	return fmt.Sprintf("%s: %s %s %s %s", fig.name, lead.policy, word, other.policy, vs)
 }

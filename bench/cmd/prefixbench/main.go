@@ -62,6 +62,8 @@ type options struct {
 	mooncakeDuration time.Duration
 	mooncakeSample   float64
 	mooncakeMax      int
+
+	workloadName string
 }
 
 func run() error {
@@ -92,6 +94,7 @@ func run() error {
 	flag.DurationVar(&o.mooncakeDuration, "mooncake-duration", 10*time.Minute, "replay this much of the trace (0: all)")
 	flag.Float64Var(&o.mooncakeSample, "mooncake-sample", 1, "keep this fraction of the trace's conversations")
 	flag.IntVar(&o.mooncakeMax, "mooncake-max-tokens", 0, "drop trace requests longer than this, input plus output (default: the engines' context)")
+	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -108,6 +111,9 @@ func run() error {
 	cfg, err := o.config(root)
 	if err != nil {
 		return err
+	}
+	if o.workloadName != "" && strings.Contains(o.workloads, ",") {
+		return fmt.Errorf("-workload-name needs a single -workload, got %q", o.workloads)
 	}
 	var results []*driver.Result
 	for name := range strings.SplitSeq(o.workloads, ",") {
@@ -223,6 +229,9 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 		return nil, fmt.Errorf("workload %s: %w", name, err)
 	}
 	w.Model = cfg.Engine.Model
+	if o.workloadName != "" {
+		w.Name = o.workloadName
+	}
 	return w, nil
 }
 

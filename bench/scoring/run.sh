@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the scoring set of issue 16 (bench/scoring/sets.sh) once: every
+# policy of $POLICIES on the scoring seeds of the generated workloads, and
+# $MC_RUNS times on each scoring trace window, then summarises them.
+#
+#	bench/scoring/run.sh OUTDIR          # the whole set, ~4 hours
+#	bench/scoring/run.sh -smoke OUTDIR   # a few minutes, to check the pipeline
+#
+# OUTDIR gets one raw prefixbench JSON (and markdown) per workload and seed
+# or run, commands.txt (every command, in order), commit.txt (the tree the
+# binaries were built from), and summary.md / summary.svg from peertable
+# (-lead prefix_cache -reference peer_dynamo). Run it on a quiet machine:
+# the runs are timed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [[ ${1:-} == -smoke ]]; then
+	export SMOKE=1
+	shift
+fi
+[[ $# == 1 ]] || { echo "usage: bench/scoring/run.sh [-smoke] OUTDIR" >&2; exit 2; }
+OUT=$1
+source bench/scoring/sets.sh
+build "$OUT"
+PB=$OUT/.bin/prefixbench
+
+for w in "${GEN_WORKLOADS[@]}"; do
+	name=${w%%|*}
+	read -ra flags <<<"${w#*|}"
+	for seed in "${SCORING_SEEDS[@]}"; do
+		runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$POLICIES" "${flags[@]}" \
+			-seed "$seed" -json "$OUT/$name-s$seed.json" -md "$OUT/$name-s$seed.md"
+	done
+done
+for tr in "${SCORING_TRACES[@]}"; do
+	name=${tr%%|*}
+	read -ra flags <<<"${tr#*|}"
+	for r in $(seq 1 "$MC_RUNS"); do
+		bound=()
+		[[ $r == 1 ]] || bound=(-no-bound) # the upper bound is the trace's, computed once
+		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$POLICIES" "${flags[@]}" \
+			"${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
+	done
+done
+
+runlog "$OUT/.bin/peertable" -lead prefix_cache -reference "$REFERENCE" -policies "$POLICIES" -min-runs "${#SCORING_SEEDS[@]}" \
+	-svg "$OUT/summary.svg" "$OUT"/*.json >"$OUT/summary.md"
+echo "scoring set done: $OUT/summary.md" >&2

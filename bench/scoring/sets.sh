@@ -1,0 +1,90 @@
+# The tuning and scoring sets of issue 16, defined once. Sourced (from the
+# repository root) by run.sh, which runs the scoring set, and tune.sh,
+# which sweeps options on the tuning set. Defaults are chosen on the
+# tuning set only and reported on the scoring set, which shares no seed
+# and no trace window with it.
+#
+# SMOKE=1 shrinks every set to a few seconds per run, to check the
+# pipeline; its figures mean nothing.
+
+TRACES=${TRACES:-../shared/data/mooncake}
+CONV=$TRACES/conversation_trace.jsonl
+SYNTH=$TRACES/synthetic_trace.jsonl
+
+ENGINES=8
+
+# Generated workloads run at half speed on the default engines (65,536
+# tokens of KV each); Mooncake at a fifth of real time on engines of
+# 400,000 tokens (25,000 blocks), as in the earlier rounds.
+GEN_TS=0.5
+MC_TS=0.2
+MC_KV=25000
+
+# Mooncake's hit rate swings by ~0.01 between runs of the same trace:
+# every Mooncake cell is run MC_RUNS times (peertable gives no verdict on
+# fewer than 5).
+MC_RUNS=5
+
+# The scoring set's policies: prefix_cache as Caddyfile.example
+# configures it, and every peer at its upstream's defaults (bench/peers);
+# peer_dynamo, fed the engines' KV events, is the reference that knows
+# every engine's cache.
+POLICIES=prefix_cache,peer_sglang,peer_llmd,peer_kubeai,peer_vllmstack,peer_dynamo,peer_dynamo_approx
+REFERENCE=peer_dynamo
+
+# Generated workloads: name|prefixbench flags. A seed makes the workload.
+GEN_WORKLOADS=(
+	"shared|-workload shared-prefix -requests 800 -qps 30,80"
+	"agent|-workload agent -requests 60 -qps 20"
+	"chat|-workload chat -requests 60 -qps 20"
+)
+TUNING_SEEDS=(1 2 3)
+SCORING_SEEDS=(11 12 13)
+
+# Mooncake traces: name|prefixbench flags. The tuning set is the first
+# 10 minutes of the conversation trace, the window every earlier round
+# used; the scoring set a later 10 minutes of it (30m-40m) and the whole
+# synthetic trace (17 minutes).
+TUNING_TRACES=(
+	"mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 10m"
+)
+SCORING_TRACES=(
+	"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 10m -workload-name mooncake-w30m"
+	"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 0 -workload-name mooncake-synthetic"
+)
+
+if [[ ${SMOKE:-0} == 1 ]]; then
+	GEN_WORKLOADS=(
+		"shared|-workload shared-prefix -requests 40 -qps 20"
+		"chat|-workload chat -requests 4 -qps 4"
+	)
+	TUNING_SEEDS=(1)
+	SCORING_SEEDS=(11)
+	TUNING_TRACES=("mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 15s")
+	SCORING_TRACES=(
+		"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 15s -workload-name mooncake-w30m"
+		"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 15s -workload-name mooncake-synthetic"
+	)
+	MC_RUNS=1
+	ENGINES=4
+	POLICIES=prefix_cache,peer_sglang,peer_dynamo
+fi
+
+# build puts prefixbench and peertable, built from the working tree, in
+# $1/.bin, and records the commit they were built from.
+build() {
+	mkdir -p "$1/.bin"
+	go build -o "$1/.bin/prefixbench" ./bench/cmd/prefixbench
+	go build -o "$1/.bin/peertable" ./bench/cmd/peertable
+	{
+		git rev-parse HEAD
+		git status --porcelain --untracked-files=no | sed 's/^/dirty: /'
+	} >"$1/commit.txt"
+}
+
+# runlog runs a command after appending it to $OUT/commands.txt.
+runlog() {
+	printf '%q ' "$@" >>"$OUT/commands.txt"
+	echo >>"$OUT/commands.txt"
+	"$@"
+}
