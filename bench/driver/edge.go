@@ -65,11 +65,11 @@ func serveEdge(in io.Reader, out, errOut io.Writer) int {
 	dec := json.NewDecoder(in)
 	var cfg json.RawMessage
 	if err := dec.Decode(&cfg); err != nil {
-		fmt.Fprintf(errOut, "edge: reading the Caddy config from stdin: %v\n", err)
+		fmt.Fprintf(errOut, "reading the Caddy config from stdin: %v\n", err)
 		return 1
 	}
 	if err := caddy.Load(cfg, true); err != nil {
-		fmt.Fprintf(errOut, "edge: loading Caddy config: %v\n", err)
+		fmt.Fprintf(errOut, "loading Caddy config: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(out, edgeReady)
@@ -83,7 +83,7 @@ func serveEdge(in io.Reader, out, errOut io.Writer) int {
 	case <-signals:
 	}
 	if err := caddy.Stop(); err != nil {
-		fmt.Fprintf(errOut, "edge: stopping Caddy: %v\n", err)
+		fmt.Fprintf(errOut, "stopping Caddy: %v\n", err)
 		return 1
 	}
 	return 0
@@ -174,7 +174,10 @@ func startEdge(ctx context.Context, exe, name string, cfg []byte, listen string)
 	e.cmd = exec.Command(exe, edgeArgs()...)
 	e.cmd.Env = append(os.Environ(), EdgeEnv+"=1")
 	e.cmd.Stdout = &readyWriter{ready: e.ready}
-	e.cmd.Stderr = e.stderr
+	// Its stderr (Caddy's error logs, as the in-process Caddy writes
+	// them) goes to ours, a prefix on each line, and its tail is kept for
+	// error messages.
+	e.cmd.Stderr = io.MultiWriter(e.stderr, &prefixWriter{w: os.Stderr, prefix: name + ": "})
 	e.cmd.SysProcAttr = childProcAttr()
 	stdin, err := e.cmd.StdinPipe()
 	if err != nil {
@@ -296,6 +299,27 @@ func (w *readyWriter) Write(p []byte) (int, error) {
 		w.buf = w.buf[len(w.buf)-len(edgeReady):]
 	}
 	return len(p), nil
+}
+
+// prefixWriter writes each complete line written to it to w, after
+// prefix; a last line without a newline is dropped.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		p.w.Write(append([]byte(p.prefix), p.buf[:i+1]...))
+		p.buf = p.buf[i+1:]
+	}
+	return len(b), nil
 }
 
 // tailBuffer keeps the last max bytes written to it; safe for concurrent
