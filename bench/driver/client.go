@@ -20,6 +20,9 @@ type Record struct {
 	Turn         int    `json:"turn"`
 	Session      string `json:"session"`
 
+	// Edge is the index of the edge the request was sent to.
+	Edge int `json:"edge"`
+
 	// Sent is when the request was sent and Late how long after its
 	// scheduled time, both from the start of the run.
 	Sent time.Duration `json:"sent"`

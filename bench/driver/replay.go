@@ -24,7 +24,8 @@ type load struct {
 
 // replayer sends a workload's requests through the proxy.
 type replayer struct {
-	url       string
+	urls      []string // the edges' base URLs
+	edgeSeed  uint64   // seeds each request's choice of edge
 	client    *http.Client
 	timeScale float64 // wall seconds per simulated second
 	records   []Record
@@ -32,8 +33,8 @@ type replayer struct {
 }
 
 // newReplayer prepares the records of w's requests.
-func newReplayer(url string, client *http.Client, w *workload.Workload, timeScale float64) *replayer {
-	r := &replayer{url: url, client: client, timeScale: timeScale, offsets: make([]int, len(w.Conversations))}
+func newReplayer(urls []string, edgeSeed uint64, client *http.Client, w *workload.Workload, timeScale float64) *replayer {
+	r := &replayer{urls: urls, edgeSeed: edgeSeed, client: client, timeScale: timeScale, offsets: make([]int, len(w.Conversations))}
 	n := 0
 	for i, c := range w.Conversations {
 		r.offsets[i] = n
@@ -112,7 +113,8 @@ func (r *replayer) conversation(ctx context.Context, w *workload.Workload, i int
 			return
 		}
 		rec.Late = max(0, time.Since(start)-due)
-		answer := stream(ctx, r.client, r.url+"/v1/chat/completions", c.ID, body, start, rec)
+		rec.Edge = edgeFor(r.edgeSeed, i, t, len(r.urls))
+		answer := stream(ctx, r.client, r.urls[rec.Edge]+"/v1/chat/completions", c.ID, body, start, rec)
 		if !rec.OK() {
 			r.skip(i, t+1, "skipped after an error in this conversation")
 			return

@@ -56,6 +56,25 @@ type Config struct {
 
 	// Progress, if not nil, receives a line per run.
 	Progress io.Writer
+
+	// Edges is the number of Caddy instances, all with the same
+	// configuration, in front of the fleet; each request goes to one of
+	// them at random (see EdgeSeed), as an L4 balancer in front of an
+	// edge tier sends it. Default: 1, a Caddy in this process. Several
+	// run as child processes, the benchmark binary re-executed, which
+	// must call ServeEdgeIfChild first thing in main or TestMain.
+	Edges int
+
+	// EdgeProcesses runs a single edge as a child process too, so that 1
+	// and N edges can be compared with the same process layout.
+	EdgeProcesses bool
+
+	// EdgeSeed seeds each request's choice of edge.
+	EdgeSeed uint64
+
+	// Sync, when SyncRedis, starts a redis-server for each run and sets
+	// the sync option of every prefix_cache policy to it (see WithSync).
+	Sync string
 }
 
 // Result holds every run of one workload.
@@ -66,6 +85,11 @@ type Result struct {
 	Engine      engine.Config `json:"engine"`
 	Requests    int           `json:"requests"`
 	Bound       *Bound        `json:"upper_bound,omitempty"`
+
+	// Edges is the number of Caddy instances in front of the fleet, and
+	// Sync what they shared placements through ("" for nothing).
+	Edges int    `json:"edges"`
+	Sync  string `json:"sync,omitempty"`
 
 	// LoadFactor and LoadAllowance are the load bound the runs' over-bound
 	// figures check.
@@ -83,6 +107,14 @@ type Run struct {
 
 	Requests int `json:"requests"`
 	Errors   int `json:"errors"`
+
+	// Edges is the number of Caddy instances the requests were spread
+	// over, EdgeRequests the requests sent to each, and Sync what the
+	// edges shared placements through: "redis", or "" for nothing (also
+	// for a policy with nothing to sync).
+	Edges        int    `json:"edges"`
+	EdgeRequests []int  `json:"edge_requests,omitempty"`
+	Sync         string `json:"sync,omitempty"`
 
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
@@ -150,6 +182,9 @@ func Benchmark(ctx context.Context, cfg Config, w *workload.Workload) (*Result, 
 
 		LoadFactor:    cfg.LoadFactor,
 		LoadAllowance: cfg.LoadAllowance,
+
+		Edges: cfg.Edges,
+		Sync:  cfg.Sync,
 	}
 	if !cfg.NoBound {
 		t0 := time.Now()
@@ -172,8 +207,8 @@ func Benchmark(ctx context.Context, cfg Config, w *workload.Workload) (*Result, 
 				run.ShareOfBound = run.HitRate / res.Bound.HitRate
 			}
 			res.Runs = append(res.Runs, run)
-			cfg.progress("[%s] %-12s %s: %d req, %d err, hit %.3f (%.0f%% of bound), TTFT p50/p90 %.3f/%.3fs, max in-flight %d, timer lag p99 %.1fms (%.1fs)\n",
-				w.Name, p.Name, l, run.Requests, run.Errors, run.HitRate, 100*run.ShareOfBound,
+			cfg.progress("[%s] %-12s %s%s: %d req, %d err, hit %.3f (%.0f%% of bound), TTFT p50/p90 %.3f/%.3fs, max in-flight %d, timer lag p99 %.1fms (%.1fs)\n",
+				w.Name, p.Name, l, edgesLabel(run), run.Requests, run.Errors, run.HitRate, 100*run.ShareOfBound,
 				run.TTFT.P50, run.TTFT.P90, run.MaxInFlight, run.TimerLag.P99, time.Since(t0).Seconds())
 		}
 	}
@@ -216,7 +251,29 @@ func (cfg *Config) setDefaults() error {
 	if cfg.LoadAllowance == 0 {
 		cfg.LoadAllowance = 16
 	}
+	if cfg.Edges == 0 {
+		cfg.Edges = 1
+	}
+	if cfg.Edges < 1 {
+		return fmt.Errorf("edges must be positive, got %d", cfg.Edges)
+	}
+	if _, err := ParseSync(cfg.Sync); err != nil {
+		return err
+	}
 	return nil
+}
+
+// edgesLabel describes a run's edge tier in a progress line: nothing for
+// the one in-process edge the benchmark always had.
+func edgesLabel(run *Run) string {
+	if run.Edges <= 1 && run.Sync == "" {
+		return ""
+	}
+	s := fmt.Sprintf(" edges=%d", run.Edges)
+	if run.Sync != "" {
+		s += " sync=" + run.Sync
+	}
+	return s
 }
 
 func (cfg *Config) loads() []load {
@@ -247,11 +304,11 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 		return nil, fmt.Errorf("starting engines: %w", err)
 	}
 	defer fleet.Close()
-	proxy, err := StartProxy(cfg.Caddyfile, fleet.Addrs(), p, cfg.Engine.TimeScale)
+	edges, err := startTier(ctx, cfg, fleet.Addrs(), p)
 	if err != nil {
 		return nil, err
 	}
-	defer proxy.Stop()
+	defer edges.stop()
 
 	transport := &http.Transport{
 		MaxIdleConns:        0,
@@ -279,7 +336,7 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 		<-done
 	}()
 
-	rp := newReplayer(proxy.URL, client, w, ts)
+	rp := newReplayer(edges.urls, cfg.EdgeSeed, client, w, ts)
 	t0 := time.Now()
 	rp.run(ctx, w, l)
 	elapsed := time.Since(t0)
@@ -288,11 +345,24 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// An edge (or the redis-server) that died during the run fails it.
+	if err := edges.stop(); err != nil {
+		return nil, err
+	}
 
 	run := summarize(rp.records, ts, elapsed)
 	lag := percentiles(probe.lags, 1)
 	run.TimerLag = Percentiles{P50: 1000 * lag.P50, P90: 1000 * lag.P90, P99: 1000 * lag.P99}
 	run.Policy, run.QPS, run.Users = p.Name, l.QPS, l.Users
+	run.Edges, run.Sync = len(edges.urls), edges.sync
+	if run.Edges > 1 {
+		run.EdgeRequests = make([]int, run.Edges)
+		for _, r := range rp.records {
+			if r.E2E > 0 { // sent
+				run.EdgeRequests[r.Edge]++
+			}
+		}
+	}
 	addrs := fleet.Addrs()
 	run.Engines = make([]EngineLoad, len(addrs))
 	for i, st := range fleet.Stats() {

@@ -17,6 +17,19 @@ import (
 // included. It returns the results and an error if any figure is missing
 // (see Check). It checks the pipeline, not the benchmark's targets.
 func Smoke(ctx context.Context, caddyfile []byte, progress io.Writer) ([]*Result, error) {
+	return SmokeWith(ctx, caddyfile, progress, SmokeOptions{})
+}
+
+// SmokeOptions vary the edge tier of a smoke run (see Config).
+type SmokeOptions struct {
+	Edges         int
+	EdgeProcesses bool
+	EdgeSeed      uint64
+	Sync          string
+}
+
+// SmokeWith is Smoke with the edge tier of o.
+func SmokeWith(ctx context.Context, caddyfile []byte, progress io.Writer, o SmokeOptions) ([]*Result, error) {
 	ecfg := engine.DefaultConfig()
 	ecfg.KVBlocks = 1024
 	ecfg.TimeScale = 0.2
@@ -32,6 +45,11 @@ func Smoke(ctx context.Context, caddyfile []byte, progress io.Writer) ([]*Result
 		QPS:            []float64{20},
 		SampleInterval: 100 * time.Millisecond,
 		Progress:       progress,
+
+		Edges:         o.Edges,
+		EdgeProcesses: o.EdgeProcesses,
+		EdgeSeed:      o.EdgeSeed,
+		Sync:          o.Sync,
 	}
 
 	shared, err := workload.SharedPrefix{

@@ -13,6 +13,18 @@
 //
 // A request is lost when its client does not get a 200 with a completion
 // within -timeout. `go test ./bench/faults` runs a short version.
+//
+// With -sync redis, prefix_cache's edges share placements through a
+// redis-server, and a second fault runs: that redis-server killed with
+// SIGKILL mid-run and restarted on the same port after a delay, every
+// engine healthy, in front of at least two edges (child processes). It
+// runs twice: as a control, with no edge attached to Redis, which shows
+// the benchmark's own noise under the same schedule, then with the edges
+// syncing through it. Expected: no request lost, and no more delayed
+// (slower than delayFactor x the p99 before the kill) than in the
+// control, phase medians alike:
+//
+//	go run ./bench/faults -sync redis -duration 20s
 package main
 
 import (
@@ -21,43 +33,128 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/prefixcache/caddy-prefixcache/bench/driver"
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 )
 
 func main() {
+	// With several edges this binary is also each edge, re-executed.
+	driver.ServeEdgeIfChild()
 	duration := flag.Duration("duration", 60*time.Second, "how long each run sends requests")
 	clients := flag.Int("clients", 16, "concurrent clients")
 	timeout := flag.Duration("timeout", 20*time.Second, "a client gives up on a request after this long")
 	timeScale := flag.Float64("time-scale", 0.05, "the engines' simulated time scale (1 = a real H100)")
 	configs := flag.String("configs", "recommended,minimal", "reverse_proxy option sets to run, comma-separated")
 	policies := flag.String("policies", "prefix_cache,least_conn", "lb_policy values to run, comma-separated")
+	syncFlag := flag.String("sync", "", "redis: prefix_cache's edges share placements through a redis-server, and the redis fault runs too")
+	edges := flag.Int("edges", 1, "Caddy instances, each request to one at random (the redis fault runs with at least 2)")
+	faults := flag.String("faults", "", "faults to run, comma-separated: engines, redis (default: engines, and redis with -sync redis)")
 	flag.Parse()
+
+	sync, err := driver.ParseSync(*syncFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "-sync:", err)
+		os.Exit(2)
+	}
+	if *faults == "" {
+		*faults = FaultEngines
+		if sync == driver.SyncRedis {
+			*faults += "," + FaultRedis
+		}
+	}
 
 	cfg := engine.DefaultConfig()
 	cfg.TimeScale = *timeScale
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var results []Result
-	for _, c := range strings.Split(*configs, ",") {
-		for _, p := range strings.Split(*policies, ",") {
-			fmt.Fprintf(os.Stderr, "running %s / %s for %v...\n", c, p, *duration)
-			r, err := Run(context.Background(), Options{
-				Policy: p, Config: c, Duration: *duration, Clients: *clients, Timeout: *timeout, Engine: cfg,
-			})
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
+	for _, f := range strings.Split(*faults, ",") {
+		if f == FaultRedis && sync != driver.SyncRedis {
+			fmt.Fprintln(os.Stderr, "the redis fault needs -sync redis")
+			os.Exit(2)
+		}
+		for _, c := range strings.Split(*configs, ",") {
+			for _, p := range strings.Split(*policies, ",") {
+				n, syncs := *edges, []string{sync}
+				if f == FaultRedis {
+					if !strings.Contains(p, "prefix_cache") {
+						continue // nothing of it syncs
+					}
+					n, syncs = max(n, 2), []string{"", sync} // the control first
+				}
+				for _, s := range syncs {
+					fmt.Fprintf(os.Stderr, "running %s faults, %s / %s, %d edge(s), sync %q, for %v...\n", f, c, p, n, s, *duration)
+					r, err := Run(ctx, Options{
+						Policy: p, Config: c, Duration: *duration, Clients: *clients, Timeout: *timeout, Engine: cfg,
+						Fault: f, Edges: n, Sync: s,
+					})
+					if err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(1)
+					}
+					results = append(results, r)
+				}
 			}
-			results = append(results, r)
 		}
 	}
 	report(os.Stdout, results)
 }
 
-// report prints one line per run, then the requests each engine reached
-// by phase.
+// report prints the engine-fault runs, then the redis-fault runs.
 func report(w io.Writer, results []Result) {
+	var engines, redis []Result
+	for _, r := range results {
+		if r.Fault == FaultRedis {
+			redis = append(redis, r)
+		} else {
+			engines = append(engines, r)
+		}
+	}
+	if len(engines) > 0 {
+		reportEngines(w, engines)
+	}
+	if len(redis) > 0 {
+		if len(engines) > 0 {
+			fmt.Fprintln(w)
+		}
+		reportRedis(w, redis)
+	}
+}
+
+// reportRedis prints one line per redis-fault run.
+func reportRedis(w io.Writer, results []Result) {
+	fmt.Fprintf(w, "redis-server killed (SIGKILL) at %.0f%% of the run and restarted on the same port at %.0f%%; a request is delayed past the noise above %d x the warm phase's p99:\n\n",
+		100*redisPhaseStart[phaseRedisKilled], 100*redisPhaseStart[phaseRedisRestarted], delayFactor)
+	phases := strings.Join(redisPhaseNames[:phaseRedisRestarted+1], " / ")
+	fmt.Fprintf(w, "| config | policy | edges | sync | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s |\n", phases, phases)
+	fmt.Fprintf(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		var causes, p50, p99 []string
+		for c, n := range r.LostBy {
+			causes = append(causes, fmt.Sprintf("%s: %d", c, n))
+		}
+		for p := range phaseRedisRestarted + 1 {
+			p50 = append(p50, r.PhaseP50[p].Round(100*time.Microsecond).String())
+			p99 = append(p99, r.PhaseP99[p].Round(100*time.Microsecond).String())
+		}
+		sync := r.Sync
+		if sync == "" {
+			sync = "none (control)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %d | %d | %s | %d | %v | %s | %s |\n",
+			r.Config, r.Policy, r.Edges, sync, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "),
+			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), strings.Join(p50, " / "), strings.Join(p99, " / "))
+	}
+}
+
+// reportEngines prints one line per engine-fault run, then the requests
+// each engine reached by phase.
+func reportEngines(w io.Writer, results []Result) {
 	fmt.Fprintf(w, "| config | policy | sent | served | lost | lost by cause | lost by phase sent | held by the wedged engine | engine 0 served after restart | p50 | p99 |\n")
 	fmt.Fprintf(w, "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
@@ -71,10 +168,10 @@ func report(w io.Writer, results []Result) {
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s | %s | %d | %d | %v | %v |\n",
-			r.Config, r.Policy, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "), strings.Join(phases, ", "),
+			configLabel(r), r.Policy, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "), strings.Join(phases, ", "),
 			r.Hung[1], r.Restarted, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "\nrequests reaching each engine, by phase (%s):\n", strings.Join(phaseNames[:], " / "))
+	fmt.Fprintf(w, "\nrequests reaching each engine, by phase (%s):\n", strings.Join(phaseNames, " / "))
 	for _, r := range results {
 		fmt.Fprintf(w, "  %-11s %-12s", r.Config, r.Policy)
 		for i, byPhase := range r.Reached {
@@ -82,4 +179,17 @@ func report(w io.Writer, results []Result) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// configLabel names a run's option set, with its edges and sync when
+// they are not the one in-process Caddy.
+func configLabel(r Result) string {
+	s := r.Config
+	if r.Edges > 1 {
+		s += fmt.Sprintf(", %d edges", r.Edges)
+	}
+	if r.Sync != "" {
+		s += ", sync " + r.Sync
+	}
+	return s
 }

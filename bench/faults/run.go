@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -21,14 +22,28 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the Caddyfile adapter
 	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy, least_conn
 
+	"github.com/prefixcache/caddy-prefixcache/bench/driver"
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 	_ "github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
 )
 
-// The phases of a run, as fractions of its duration. Engine 0 is killed
-// (and later restarted with an empty cache on the same address), engine 1
-// wedges (accepts, never answers), engine 2 answers 503 to everything;
-// engine 3 stays healthy throughout.
+// The faults a run injects (Options.Fault).
+const (
+	// FaultEngines: engine 0 is killed (and later restarted with an
+	// empty cache on the same address), engine 1 wedges (accepts, never
+	// answers), engine 2 answers 503 to everything; engine 3 stays
+	// healthy throughout.
+	FaultEngines = "engines"
+
+	// FaultRedis: the redis-server the edges share placements through is
+	// killed with SIGKILL, and restarted, empty, on the same port after a
+	// delay; every engine stays healthy. Expected: no request lost, none
+	// delayed past the run's own noise (see Result.Delayed), since
+	// prefix_cache never waits on Redis.
+	FaultRedis = "redis"
+)
+
+// The phases of an engines run, as fractions of its duration.
 const (
 	phaseWarm      = iota // all four engines healthy
 	phaseKilled           // engine 0 dead
@@ -39,10 +54,32 @@ const (
 	maxPhases
 )
 
-var phaseNames = [maxPhases]string{"warm", "killed", "hung", "503", "restarted", "drain"}
+var phaseNames = []string{"warm", "killed", "hung", "503", "restarted", "drain"}
 
 // phaseStart is when each phase starts, as a fraction of the duration.
-var phaseStart = [...]float64{0, 0.25, 0.35, 0.45, 0.65}
+var phaseStart = []float64{0, 0.25, 0.35, 0.45, 0.65}
+
+// The phases of a redis run: the restart comes 20% of the duration after
+// the kill, and the run goes on as long again after it.
+const (
+	phaseRedisKilled    = 1 // redis-server dead
+	phaseRedisRestarted = 2 // a new, empty redis-server on the same port
+)
+
+var (
+	redisPhaseNames = []string{"warm", "redis killed", "redis restarted", "drain"}
+	redisPhaseStart = []float64{0, 0.3, 0.5}
+)
+
+// delayFactor times the warm phase's p99 latency is the longest a request
+// may take after the fault before it counts as delayed: the warm phase
+// is the same clients, load and engines with nothing failed. On a shared
+// machine, bursts of CPU contention delay a few requests past it in any
+// run; the benchmark's own noise is then what a control run shows, the
+// same schedule with no edge attached to Redis (see main), and a request
+// path that waited on Redis would move the median of every phase after
+// the kill, not a few requests.
+const delayFactor = 2
 
 // Options of one run.
 type Options struct {
@@ -52,6 +89,19 @@ type Options struct {
 	Clients  int           // concurrent clients, each a sequence of conversations
 	Timeout  time.Duration // a client gives up on a request after this long: lost
 	Engine   engine.Config
+
+	// Fault is FaultEngines (the default) or FaultRedis.
+	Fault string
+
+	// Edges is the number of Caddy instances, each request going to one
+	// at random; more than one run as child processes (the binary calls
+	// driver.ServeEdgeIfChild). Default: 1, in this process.
+	Edges int
+
+	// Sync, when driver.SyncRedis, starts a redis-server and sets
+	// prefix_cache's sync to it. FaultRedis without it kills a server no
+	// edge uses: a control run of the fault's machinery.
+	Sync string
 }
 
 // proxyOptions are the reverse_proxy options of each configuration.
@@ -113,6 +163,9 @@ var proxyOptions = map[string]string{
 // Result of one run.
 type Result struct {
 	Policy, Config string
+	Fault, Sync    string
+	Edges          int
+	Phases         []string // the phases' names, by index
 	Sent, OK, Lost int
 	LostBy         map[string]int // cause: "status 502", "timeout", ...
 	LostIn         [maxPhases]int // by the phase the request was sent in
@@ -120,6 +173,15 @@ type Result struct {
 	Hung           [4]int64 // requests engine i held while wedged
 	P50, P99       time.Duration
 	Restarted      int64 // requests engine 0 served after its restart
+
+	// PhaseP50 and PhaseP99 are latencies of the requests served, by the
+	// phase they were sent in. Delayed counts the requests sent after the
+	// warm phase that took longer than DelayThreshold, delayFactor x the
+	// warm phase's p99.
+	PhaseP50       [maxPhases]time.Duration
+	PhaseP99       [maxPhases]time.Duration
+	Delayed        int
+	DelayThreshold time.Duration
 }
 
 // Run starts four engines and a Caddy in front of them, sends
@@ -127,10 +189,20 @@ type Result struct {
 // faults happen, and counts the requests lost: any request whose client
 // did not get a 200 with a completion.
 func Run(ctx context.Context, opts Options) (Result, error) {
-	res := Result{Policy: opts.Policy, Config: opts.Config, LostBy: map[string]int{}}
+	if opts.Fault == "" {
+		opts.Fault = FaultEngines
+	}
+	opts.Edges = max(1, opts.Edges)
+	res := Result{Policy: opts.Policy, Config: opts.Config, Fault: opts.Fault, Edges: opts.Edges, LostBy: map[string]int{}}
 	proxyOpts, ok := proxyOptions[opts.Config]
 	if !ok {
 		return res, fmt.Errorf("unknown config %q", opts.Config)
+	}
+	if opts.Fault != FaultEngines && opts.Fault != FaultRedis {
+		return res, fmt.Errorf("unknown fault %q", opts.Fault)
+	}
+	if _, err := driver.ParseSync(opts.Sync); err != nil {
+		return res, err
 	}
 	var phase atomic.Int32
 	nodes := make([]*node, 4)
@@ -144,7 +216,17 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		dials = append(dials, nodes[i].addr)
 	}
 
-	port, err := freePort()
+	var redis *driver.Redis
+	if opts.Sync == driver.SyncRedis || opts.Fault == FaultRedis {
+		r, err := driver.StartRedis(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer r.Stop()
+		redis = r
+	}
+
+	listens, err := driver.ReservePorts(opts.Edges)
 	if err != nil {
 		return res, err
 	}
@@ -155,7 +237,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	defer os.RemoveAll(storage)
 	httpPort, _ := freePort()
 	httpsPort, _ := freePort()
-	caddyfile := fmt.Sprintf(`{
+	configs := make([][]byte, len(listens))
+	for i, listen := range listens {
+		caddyfile := fmt.Sprintf(`{
 	admin off
 	persist_config off
 	log default {
@@ -165,28 +249,52 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	http_port %d
 	https_port %d
 }
-http://127.0.0.1:%d {
+http://%s {
 	reverse_proxy %s {
 		lb_policy %s
 		%s
 	}
 }
-`, storage, httpPort, httpsPort, port, strings.Join(dials, " "), opts.Policy, proxyOpts)
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
-	if err != nil {
-		return res, fmt.Errorf("adapting Caddyfile: %w\n%s", err, caddyfile)
+`, storage, httpPort, httpsPort, listen, strings.Join(dials, " "), opts.Policy, proxyOpts)
+		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+		if err != nil {
+			return res, fmt.Errorf("adapting Caddyfile: %w\n%s", err, caddyfile)
+		}
+		if opts.Sync == driver.SyncRedis {
+			var found int
+			if cfg, found, err = driver.WithSync(cfg, driver.SyncRedis, redis.URL()); err != nil {
+				return res, err
+			}
+			if found > 0 {
+				res.Sync = opts.Sync
+			}
+		}
+		configs[i] = cfg
 	}
-	if err := caddy.Load(cfg, true); err != nil {
-		return res, fmt.Errorf("loading Caddy: %w", err)
+	var edges []*driver.Edge
+	if len(configs) == 1 {
+		if err := caddy.Load(configs[0], true); err != nil {
+			return res, fmt.Errorf("loading Caddy: %w%s", err, syncHint(res.Sync))
+		}
+		defer caddy.Stop()
+	} else {
+		if edges, err = driver.StartEdges(ctx, configs, listens); err != nil {
+			return res, fmt.Errorf("starting %d edges: %w%s", len(configs), err, syncHint(res.Sync))
+		}
+		defer driver.StopEdges(edges)
 	}
-	defer caddy.Stop()
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	urls := make([]string, len(listens))
+	for i, l := range listens {
+		urls[i] = "http://" + l + "/v1/chat/completions"
+	}
 
 	// The clients: each runs conversations of up to 6 turns, until the run
 	// stops sending. Every other conversation opens with one of 8 long
 	// shared system prompts (prefix_cache sends it where that prompt is
 	// cached); the others with a short one, so prefix_cache places them by
 	// their opening, over every engine, and keeps their later turns there.
+	// Each request goes to an edge drawn at random (client c's own seeded
+	// stream), so a conversation's turns land on different edges.
 	sending, stopSending := context.WithCancel(ctx)
 	defer stopSending()
 	type outcome struct {
@@ -199,6 +307,7 @@ http://127.0.0.1:%d {
 	for c := range opts.Clients {
 		clients.Go(func() {
 			client := &http.Client{Timeout: opts.Timeout}
+			edge := rand.New(rand.NewPCG(uint64(c), 0x65646765))
 			for conv := 0; sending.Err() == nil; conv++ {
 				system := "You are a helpful assistant."
 				if conv%2 == 0 {
@@ -209,7 +318,7 @@ http://127.0.0.1:%d {
 					history = append(history, fmt.Sprintf("client %d conversation %d turn %d: %s", c, conv, turn, question))
 					p := phase.Load()
 					start := time.Now()
-					answer, lost := ask(ctx, client, url, system, history)
+					answer, lost := ask(ctx, client, urls[edge.IntN(len(urls))], system, history)
 					outcomes <- outcome{p, time.Since(start), lost}
 					if lost != "" {
 						break // the user gives up on this conversation
@@ -221,12 +330,14 @@ http://127.0.0.1:%d {
 	}
 	var collected sync.WaitGroup
 	var latencies []time.Duration
+	var byPhase [maxPhases][]time.Duration
 	collected.Go(func() {
 		for o := range outcomes {
 			res.Sent++
 			if o.lost == "" {
 				res.OK++
 				latencies = append(latencies, o.latency)
+				byPhase[o.phase] = append(byPhase[o.phase], o.latency)
 				continue
 			}
 			res.Lost++
@@ -240,21 +351,29 @@ http://127.0.0.1:%d {
 	at := func(f float64) <-chan time.Time {
 		return time.After(time.Until(start.Add(time.Duration(f * float64(opts.Duration)))))
 	}
-	steps := []func() error{
+	starts, steps := phaseStart, []func() error{
 		func() error { nodes[0].kill(); return nil },
 		func() error { nodes[1].setMode(modeHang); return nil },
 		func() error { nodes[2].setMode(mode503); return nil },
 		func() error { return nodes[0].start() },
 	}
+	res.Phases = phaseNames
+	if opts.Fault == FaultRedis {
+		starts, steps = redisPhaseStart, []func() error{
+			redis.Kill,
+			func() error { return redis.Restart(ctx) },
+		}
+		res.Phases = redisPhaseNames
+	}
 	for i, step := range steps {
 		select {
-		case <-at(phaseStart[i+1]):
+		case <-at(starts[i+1]):
 		case <-ctx.Done():
 			return res, ctx.Err()
 		}
 		phase.Store(int32(i + 1))
 		if err := step(); err != nil {
-			return res, fmt.Errorf("phase %s: %w", phaseNames[i+1], err)
+			return res, fmt.Errorf("phase %s: %w", res.Phases[i+1], err)
 		}
 	}
 	select {
@@ -262,7 +381,7 @@ http://127.0.0.1:%d {
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
-	phase.Store(phaseDrain)
+	phase.Store(int32(len(res.Phases) - 1)) // drain
 	stopSending()
 	// Requests in flight finish, or time out at the client; then the
 	// wedged engine's held requests are aborted (they were lost anyway).
@@ -291,7 +410,42 @@ http://127.0.0.1:%d {
 		res.P50 = latencies[len(latencies)/2]
 		res.P99 = latencies[len(latencies)*99/100]
 	}
+	for p, ls := range byPhase {
+		if len(ls) > 0 {
+			slices.Sort(ls)
+			res.PhaseP50[p] = ls[len(ls)/2]
+			res.PhaseP99[p] = ls[len(ls)*99/100]
+		}
+	}
+	res.DelayThreshold = delayFactor * res.PhaseP99[phaseWarm]
+	for _, ls := range byPhase[phaseWarm+1:] {
+		for _, l := range ls {
+			if l > res.DelayThreshold {
+				res.Delayed++
+			}
+		}
+	}
+	// An edge or the redis-server that died during the run fails it.
+	if edges != nil {
+		if err := driver.StopEdges(edges); err != nil {
+			return res, err
+		}
+	}
+	if redis != nil {
+		if err := redis.Stop(); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// syncHint explains a rejected config when it is the sync option that
+// this build's prefix_cache does not know.
+func syncHint(sync string) string {
+	if sync != "" && !driver.SyncSupported() {
+		return " (this build's prefix_cache has no sync option)"
+	}
+	return ""
 }
 
 // ask sends one chat turn and returns the assistant's answer, or why the

@@ -7,6 +7,13 @@
 //	go run ./bench/cmd/prefixbench -workload shared-prefix -qps 10,20,30
 //	go run ./bench/cmd/prefixbench -workload mooncake -mooncake-duration 10m -time-scale 0.1
 //	go run ./bench/cmd/prefixbench -smoke
+//	go run ./bench/cmd/prefixbench -workload chat -edges 4 -sync redis
+//
+// With -edges N > 1, N Caddy processes with the same configuration stand
+// in front of the fleet: the command re-executes itself as each edge (see
+// driver.ServeEdgeIfChild), and the client sends each request to one at
+// random. -sync redis starts a redis-server per run for them to share
+// placements through.
 //
 // Progress goes to stderr, a line per policy and load.
 package main
@@ -20,6 +27,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/bench/driver"
@@ -29,6 +37,8 @@ import (
 )
 
 func main() {
+	// With -edges > 1 this binary is also each edge, re-executed.
+	driver.ServeEdgeIfChild()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "prefixbench:", err)
 		os.Exit(1)
@@ -64,6 +74,9 @@ type options struct {
 	mooncakeMax      int
 
 	workloadName string
+	edges         int
+	edgeProcesses bool
+	sync          string
 }
 
 func run() error {
@@ -95,9 +108,12 @@ func run() error {
 	flag.Float64Var(&o.mooncakeSample, "mooncake-sample", 1, "keep this fraction of the trace's conversations")
 	flag.IntVar(&o.mooncakeMax, "mooncake-max-tokens", 0, "drop trace requests longer than this, input plus output (default: the engines' context)")
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
+	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
+	flag.BoolVar(&o.edgeProcesses, "edge-process", false, "run even a single edge as a child process, to compare 1 and N edges with the same process layout")
+	flag.StringVar(&o.sync, "sync", "", "how edges share placements: redis (starts a redis-server per run and sets prefix_cache's sync to it), or none")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	root, err := driver.RepoRoot()
@@ -105,7 +121,7 @@ func run() error {
 		return err
 	}
 	if o.smoke {
-		return smoke(ctx, root)
+		return smoke(ctx, root, o)
 	}
 
 	cfg, err := o.config(root)
@@ -175,10 +191,19 @@ func (o options) config(root string) (driver.Config, error) {
 	if err != nil {
 		return driver.Config{}, err
 	}
+	sync, err := o.edgeTier()
+	if err != nil {
+		return driver.Config{}, err
+	}
 	ecfg := engine.DefaultConfig()
 	ecfg.KVBlocks = o.kvBlocks
 	ecfg.TimeScale = o.timeScale
 	return driver.Config{
+		Edges:         o.edges,
+		EdgeProcesses: o.edgeProcesses,
+		EdgeSeed:      o.seed,
+		Sync:          sync,
+
 		Engines:   o.engines,
 		Engine:    ecfg,
 		Caddyfile: caddyfile,
@@ -188,6 +213,18 @@ func (o options) config(root string) (driver.Config, error) {
 		NoBound:   o.noBound,
 		Progress:  os.Stderr,
 	}, nil
+}
+
+// edgeTier checks -edges and returns -sync's value.
+func (o options) edgeTier() (sync string, err error) {
+	if o.edges < 1 {
+		return "", fmt.Errorf("-edges must be positive, got %d", o.edges)
+	}
+	sync, err = driver.ParseSync(o.sync)
+	if err != nil {
+		return "", fmt.Errorf("-sync: %w", err)
+	}
+	return sync, nil
 }
 
 // workload generates or loads the named workload.
@@ -318,13 +355,20 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// smoke runs driver.Smoke and prints its tables.
-func smoke(ctx context.Context, root string) error {
+// smoke runs driver.Smoke, with the edge tier of the flags, and prints
+// its tables.
+func smoke(ctx context.Context, root string, o options) error {
 	caddyfile, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
 	if err != nil {
 		return err
 	}
-	results, err := driver.Smoke(ctx, caddyfile, os.Stderr)
+	sync, err := o.edgeTier()
+	if err != nil {
+		return err
+	}
+	results, err := driver.SmokeWith(ctx, caddyfile, os.Stderr, driver.SmokeOptions{
+		Edges: o.edges, EdgeProcesses: o.edgeProcesses, EdgeSeed: o.seed, Sync: sync,
+	})
 	if rerr := report.Markdown(os.Stdout, results); rerr != nil && err == nil {
 		err = rerr
 	}

@@ -1,0 +1,277 @@
+package driver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Bounds on a redis-server's life, in wall time.
+const (
+	// redisStartTimeout bounds the wait for a new redis-server to answer
+	// PING; it answers within milliseconds of its exec.
+	redisStartTimeout = 10 * time.Second
+	// redisStopTimeout is how long redis-server may take to exit after
+	// SIGTERM before it is killed.
+	redisStopTimeout = 5 * time.Second
+	// redisPingTimeout bounds one PING round trip.
+	redisPingTimeout = time.Second
+)
+
+// Redis is a redis-server child process on a loopback port, with a
+// temporary working directory and no persistence, for edges that share
+// placements (see Config.Sync). It can be killed and restarted on the same
+// port, as a fault.
+type Redis struct {
+	// Addr is the server's host:port.
+	Addr string
+
+	path string // the redis-server binary
+	dir  string // its working directory, removed by Stop
+
+	mu      sync.Mutex
+	proc    *redisProc  // nil while killed
+	unwatch func() bool // ends the watch of the start context
+}
+
+// redisProc is one life of the server.
+type redisProc struct {
+	cmd     *exec.Cmd
+	out     *tailBuffer
+	exited  chan struct{}
+	waitErr error
+}
+
+// RedisNotFound is the error's text when redis-server is not installed.
+const RedisNotFound = "redis-server not found in PATH: install it (Debian, Ubuntu: apt-get install redis-server)"
+
+// StartRedis starts redis-server on a free loopback port and returns once
+// it answers PING, or with an error carrying its output. Stop it with
+// Stop; it is killed with its parent on Linux (Pdeathsig) and when ctx
+// ends.
+func StartRedis(ctx context.Context) (*Redis, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(RedisNotFound)
+	}
+	dir, err := os.MkdirTemp("", "prefixbench-redis")
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := ReservePorts(1)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r := &Redis{Addr: addrs[0], path: path, dir: dir}
+	if err := r.start(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	unwatch := context.AfterFunc(ctx, func() { r.Stop() })
+	r.mu.Lock()
+	r.unwatch = unwatch
+	r.mu.Unlock()
+	return r, nil
+}
+
+// URL returns the server's redis:// URL.
+func (r *Redis) URL() string { return "redis://" + r.Addr }
+
+// start runs a new redis-server on r.Addr and waits for its PING.
+func (r *Redis) start(ctx context.Context) error {
+	host, port, _ := net.SplitHostPort(r.Addr)
+	p := &redisProc{out: &tailBuffer{max: edgeStderrKept}, exited: make(chan struct{})}
+	p.cmd = exec.Command(r.path,
+		"--bind", host, "--port", port,
+		"--save", "", "--appendonly", "no", // no persistence: nothing outlives a kill
+		"--dir", r.dir,
+		"--daemonize", "no", "--logfile", "", "--loglevel", "warning",
+	)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = childProcAttr()
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	r.mu.Lock()
+	r.proc = p
+	r.mu.Unlock()
+	if err := waitPing(ctx, r.Addr, p.exited, redisStartTimeout); err != nil {
+		p.cmd.Process.Kill()
+		<-p.exited
+		r.mu.Lock()
+		r.proc = nil
+		r.mu.Unlock()
+		return fmt.Errorf("redis-server on %s: %w%s", r.Addr, err, outputText(p.out))
+	}
+	return nil
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and waits until
+// it is gone. It does nothing if the server is not running.
+func (r *Redis) Kill() error {
+	r.mu.Lock()
+	p := r.proc
+	r.proc = nil
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.exited:
+		return fmt.Errorf("redis-server exited before it was killed (%v)%s", p.waitErr, outputText(p.out))
+	default:
+	}
+	p.cmd.Process.Kill()
+	<-p.exited
+	return nil
+}
+
+// Restart starts a new server on the same address (after Kill) and waits
+// for its PING. Redis listens with SO_REUSEADDR, so the connections the
+// killed server left in TIME_WAIT do not hold the port.
+func (r *Redis) Restart(ctx context.Context) error {
+	r.mu.Lock()
+	running := r.proc != nil
+	r.mu.Unlock()
+	if running {
+		return errors.New("redis-server is running: Kill it first")
+	}
+	return r.start(ctx)
+}
+
+// Running reports whether a server started by r has not been killed or
+// stopped and has not exited.
+func (r *Redis) Running() bool {
+	r.mu.Lock()
+	p := r.proc
+	r.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pid returns the running server's process ID, or 0.
+func (r *Redis) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil {
+		return 0
+	}
+	return r.proc.cmd.Process.Pid
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after redisStopTimeout) and
+// removes its directory. It returns an error, with the server's output,
+// if the server had exited on its own. Stop is idempotent.
+func (r *Redis) Stop() error {
+	r.mu.Lock()
+	if r.unwatch != nil {
+		r.unwatch()
+	}
+	p := r.proc
+	r.proc = nil
+	dir := r.dir
+	r.dir = ""
+	r.mu.Unlock()
+	var err error
+	if p != nil {
+		select {
+		case <-p.exited:
+			err = fmt.Errorf("redis-server exited during the run (%v)%s", p.waitErr, outputText(p.out))
+		default:
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			timer := time.NewTimer(redisStopTimeout)
+			select {
+			case <-p.exited:
+			case <-timer.C:
+				p.cmd.Process.Kill()
+				<-p.exited
+				err = fmt.Errorf("redis-server did not stop within %v and was killed%s", redisStopTimeout, outputText(p.out))
+			}
+			timer.Stop()
+		}
+	}
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	return err
+}
+
+// waitPing waits until the server at addr answers a PING, its process
+// exits, ctx ends or timeout passes.
+func waitPing(ctx context.Context, addr string, exited <-chan struct{}, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := Ping(ctx, addr)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited before it answered PING")
+		case <-ctx.Done():
+			return fmt.Errorf("no answer to PING within %v: %w", timeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// Ping sends one RESP PING to the server at addr and checks that it
+// answers +PONG.
+func Ping(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line = strings.TrimRight(line, "\r\n"); line != "+PONG" {
+		return fmt.Errorf("PING answered %s", strconv.Quote(line))
+	}
+	return nil
+}
+
+// outputText returns a process's output for an error message, or "".
+func outputText(b *tailBuffer) string {
+	s := bytes.TrimSpace(b.Bytes())
+	if len(s) == 0 {
+		return ""
+	}
+	return "; output:\n" + string(s)
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The multi-edge matrix of issue 15: shared-prefix, chat, agent and
+# Mooncake through 1, 2, 4 and 8 Caddy edges, each edge learning alone and
+# syncing placements through Redis, for several seeds. One JSON file per
+# (workload, edges, sync, seed) in $OUT; a file already there is kept, so
+# an interrupted matrix resumes where it stopped.
+#
+#   bash bench/edges/run.sh                          # everything, ~3 h on 2 cores
+#   SEEDS=1 EDGES="1 4" WORKLOADS=chat bash bench/edges/run.sh
+#
+# Without sync, round_robin runs beside prefix_cache (it has nothing to
+# sync). With one edge, prefix_cache runs a second time as a child
+# process (-edge-process, the e1p files), the layout of N edges, so that
+# the process split can be told apart from learning alone. -sync redis
+# needs redis-server (apt-get install redis-server) and a prefix_cache
+# that knows its sync option.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+OUT=${OUT:-/tmp/edges}
+SEEDS=${SEEDS:-"1 2 3"}
+EDGES=${EDGES:-"1 2 4 8"}
+WORKLOADS=${WORKLOADS:-"shared-prefix chat agent mooncake"}
+SYNCS=${SYNCS:-"none redis"}
+mkdir -p "$OUT"
+go build -o "$OUT/prefixbench" ./bench/cmd/prefixbench
+
+# The settings of the peer comparison (docs/peers.md), so that the
+# one-edge rows are comparable with it.
+workload_args() {
+	case $1 in
+	shared-prefix) echo "-time-scale 0.5 -workload shared-prefix -requests 800 -qps 30,80" ;;
+	chat) echo "-time-scale 0.5 -workload chat -requests 60 -qps 20" ;;
+	agent) echo "-time-scale 0.5 -workload agent -requests 60 -qps 20" ;;
+	mooncake) echo "-time-scale 0.2 -workload mooncake -mooncake-duration 10m -kv-blocks 25000" ;;
+	*) echo "unknown workload $1" >&2; exit 2 ;;
+	esac
+}
+
+run() { # name, then prefixbench's arguments
+	local name=$1
+	shift
+	if [ -s "$OUT/$name.json" ]; then
+		echo "== $name: kept"
+		return
+	fi
+	echo "== $name: $*"
+	local t0=$SECONDS
+	local rc=0
+	"$OUT/prefixbench" "$@" -json "$OUT/$name.json.tmp" -md "$OUT/$name.md" >"$OUT/$name.log" 2>&1 || rc=$?
+	grep '^\[' "$OUT/$name.log" || true
+	if [ "$rc" != 0 ]; then
+		echo "== $name failed ($rc): see $OUT/$name.log" >&2
+		tail -5 "$OUT/$name.log" >&2
+		exit "$rc"
+	fi
+	mv "$OUT/$name.json.tmp" "$OUT/$name.json"
+	echo "== $name: $((SECONDS - t0)) s"
+}
+
+for seed in $SEEDS; do
+	for edges in $EDGES; do
+		for w in $WORKLOADS; do
+			args=$(workload_args "$w")
+			for sync in $SYNCS; do
+				if [ "$sync" = none ]; then
+					# shellcheck disable=SC2086
+					run "$w-e$edges-none-s$seed" $args -seed "$seed" -edges "$edges" -policies round_robin,prefix_cache
+					if [ "$edges" = 1 ]; then
+						# shellcheck disable=SC2086
+						run "$w-e1p-none-s$seed" $args -seed "$seed" -edges 1 -edge-process -policies prefix_cache -no-bound
+					fi
+				else
+					# shellcheck disable=SC2086
+					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies prefix_cache
+				fi
+			done
+		done
+	done
+done
+echo "done: $OUT"
