@@ -73,7 +73,7 @@ type options struct {
 	mooncakeSample   float64
 	mooncakeMax      int
 
-	workloadName string
+	workloadName  string
 	edges         int
 	edgeProcesses bool
 	sync          string
