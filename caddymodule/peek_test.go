@@ -186,3 +186,27 @@ func endRequest(p *peeked) {
 		p.finish()
 	}
 }
+
+func TestGlobMatch(t *testing.T) {
+	for _, tt := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"llama-3.1-70b", "llama-3.1-70b", true},
+		{"llama-3.1-70b", "llama-3.1-70b-instruct", false},
+		{"llama-3.1-70b*", "llama-3.1-70b-instruct", true},
+		{"llama-3.1-70b*", "llama-3.1-70b", true},
+		{"meta-llama/*", "meta-llama/Llama-3.1-8B", true},
+		{"*-instruct", "qwen2.5-7b-instruct", true},
+		{"*-instruct", "qwen2.5-7b-base", false},
+		{"q*7b*", "qwen2.5-7b-instruct", true},
+		{"a*b*b", "ab", false},
+		{"a*b*b", "abb", true},
+		{"*", "", true},
+		{"x*", "", false},
+	} {
+		if got := globMatch(tt.pattern, tt.name); got != tt.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tt.pattern, tt.name, got, tt.want)
+		}
+	}
+}

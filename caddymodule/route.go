@@ -75,9 +75,11 @@ type peeked struct {
 	replay *replayBody // the replay installed as the body; nil when nothing was read
 	repl   *caddy.Replacer
 
-	mu       sync.Mutex
-	views    []*view // one per policy instance that derived this body
-	finished bool    // finish has run: the request is over
+	mu        sync.Mutex
+	views     []*view // one per policy instance that derived this body
+	finished  bool    // finish has run: the request is over
+	modelRead bool    // model was read, for the model matcher
+	model     string
 }
 
 // String is all a placeholder or a log line can print of a request's
