@@ -69,6 +69,10 @@ const (
 	// two bytes).
 	MaxWireHashes = 1<<16 - 1
 
+	// MaxMessageSize is the largest message the format can express; a
+	// transport drops anything larger unseen.
+	MaxMessageSize = HeaderSize + MaxUpstreamLen + 8*MaxWireHashes
+
 	// DefaultMaxHashes is the receivers' default cap on hashes per message:
 	// prefixindex.DefaultMaxChunks, the most one request produces by
 	// default. An edge with a larger max_chunks raises its Limits.

@@ -20,12 +20,13 @@ type Transport interface {
 	// Subscribe registers fn to receive every message published on the
 	// channel by any edge, its own echoes included, until cancel is
 	// called. fn is called on the transport's own goroutine, one message
-	// at a time, after every other subscriber's fn for the same message:
-	// it must return quickly (decode and record, microseconds) and must
+	// at a time, and the subscribers of one transport one after another:
+	// fn must return quickly (decode and record, microseconds), and must
 	// neither block nor keep msg, which is only valid during the call.
-	// Whatever arrives is passed on as it came: fn validates it (Decode).
-	// cancel may be called more than once and from within fn; a call of
-	// fn already under way when cancel returns may still finish.
+	// Whatever arrives is passed on as it came, except messages larger
+	// than MaxMessageSize: fn validates it (Decode). cancel may be called
+	// more than once and from within fn; a call of fn already under way
+	// when cancel returns may still finish.
 	Subscribe(fn func(msg []byte)) (cancel func())
 
 	// Status reports counters and state for metrics and the admin API. It
@@ -64,6 +65,9 @@ type Status struct {
 	Failed uint64 `json:"failed"`
 	// Received counts messages delivered to subscribers, echoes included.
 	Received uint64 `json:"received"`
+	// Oversized counts messages larger than MaxMessageSize, which no edge
+	// sends: refused by Publish, or dropped on receipt undelivered.
+	Oversized uint64 `json:"oversized"`
 	// Reconnects counts connections made after the first.
 	Reconnects uint64 `json:"reconnects"`
 
