@@ -266,7 +266,9 @@ func (c *conn) session() (wasUp bool, err error) {
 	var dead atomic.Pointer[error]
 	done := make(chan struct{})
 	defer close(done)
+	c.wg.Add(1) // under subscribeLoop's count, so never racing Destruct's Wait
 	go func() {
+		defer c.wg.Done()
 		t := time.NewTicker(c.timeout)
 		defer t.Stop()
 		pinged := false

@@ -47,6 +47,11 @@ const DefaultChannel = "caddy-prefix-cache"
 // prefixindex.DefaultMaxChunks.
 const DefaultBuffer = 1024
 
+// MaxBuffer caps buffer: a million messages is over an hour of a stalled
+// Redis at the default's rate, and the queue's slots alone take 48 bytes
+// each before any message is queued.
+const MaxBuffer = 1 << 20
+
 // DefaultDialTimeout bounds one connection attempt. Redis on the edges'
 // network answers in milliseconds; an unreachable one should not hold the
 // reconnect loop for long.
@@ -85,8 +90,8 @@ type Transport struct {
 	// `caddy-prefix-cache`.
 	Channel string `json:"channel,omitempty"`
 
-	// Publish queue length, in messages; a full queue drops new messages
-	// (counted). Default: `1024`.
+	// Publish queue length, in messages, at most 1048576; a full queue
+	// drops new messages (counted). Default: `1024`.
 	Buffer int `json:"buffer,omitempty"`
 
 	// Timeout of one connection attempt. Default: `2s`.
@@ -189,8 +194,8 @@ func (t *Transport) Validate() error {
 	switch {
 	case t.URL == "":
 		return errors.New("url is required")
-	case t.Buffer < 0:
-		return fmt.Errorf("buffer must be positive, got %d", t.Buffer)
+	case t.Buffer < 0 || t.Buffer > MaxBuffer:
+		return fmt.Errorf("buffer must be between 1 and %d, got %d", MaxBuffer, t.Buffer)
 	case t.DialTimeout < 0:
 		return fmt.Errorf("dial_timeout must be positive, got %v", time.Duration(t.DialTimeout))
 	case t.Timeout < 0:

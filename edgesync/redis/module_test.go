@@ -406,7 +406,8 @@ func TestProvisionErrors(t *testing.T) {
 		{"bad scheme", &Transport{URL: "http://u:secret@h:1"}, "url scheme must be redis or rediss, got 'http'"},
 		{"unparsable", &Transport{URL: "redis://u:secret@h:1/%zz"}, "invalid url"},
 		{"bad db", &Transport{URL: "redis://u:secret@h:1/x"}, "invalid url"},
-		{"negative buffer", &Transport{URL: "redis://h:1", Buffer: -1}, "buffer must be positive, got -1"},
+		{"negative buffer", &Transport{URL: "redis://h:1", Buffer: -1}, "buffer must be between 1 and 1048576, got -1"},
+		{"huge buffer", &Transport{URL: "redis://h:1", Buffer: MaxBuffer + 1}, "buffer must be between 1 and 1048576, got 1048577"},
 		{"negative timeout", &Transport{URL: "redis://h:1", Timeout: -1}, "timeout must be positive"},
 		{"empty env", &Transport{URL: "{env.PREFIX_CACHE_TEST_UNSET}"}, "url: "},
 	} {
