@@ -1,0 +1,95 @@
+package redis
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// UnmarshalCaddyfile sets up the transport from Caddyfile tokens, starting
+// at the module's name as Caddy's nested modules do. Syntax, inside
+// lb_policy prefix_cache { }:
+//
+//	sync redis [<url>] {
+//		url          <url>
+//		channel      <name>
+//		buffer       <messages>
+//		dial_timeout <duration>
+//		timeout      <duration>
+//	}
+//
+// The URL is given once, on the line or in the block:
+// redis://[[user]:password@]host[:port][/db], or rediss:// for TLS; it
+// may be a placeholder such as {env.REDIS_URL}.
+func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume module name
+	if d.NextArg() {
+		t.URL = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "url":
+			if t.URL != "" {
+				return d.Err("url already specified")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			t.URL = d.Val()
+		case "channel":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			t.Channel = d.Val()
+		case "buffer":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n < 1 {
+				return d.Errf("invalid buffer '%s': must be a positive number of messages", d.Val())
+			}
+			t.Buffer = n
+		case "dial_timeout":
+			if err := duration(d, "dial_timeout", &t.DialTimeout); err != nil {
+				return err
+			}
+		case "timeout":
+			if err := duration(d, "timeout", &t.Timeout); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("unrecognized subdirective '%s'", d.Val())
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	if t.URL == "" {
+		return d.Err("missing url: sync redis redis://HOST:PORT[/DB]")
+	}
+	return nil
+}
+
+// duration parses one positive duration argument into dst.
+func duration(d *caddyfile.Dispenser, name string, dst *caddy.Duration) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	v, err := caddy.ParseDuration(d.Val())
+	if err != nil {
+		return d.Errf("invalid %s '%s': %v", name, d.Val(), err)
+	}
+	if v <= 0 {
+		return d.Errf("invalid %s '%s': must be positive", name, d.Val())
+	}
+	*dst = caddy.Duration(v)
+	return nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Transport)(nil)
