@@ -13,6 +13,9 @@
 package prefixcache
 
 import (
-	// Registers http.reverse_proxy.selection_policies.prefix_cache.
+	// Registers http.reverse_proxy.selection_policies.prefix_cache, its
+	// admin API and the model matcher.
 	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
+	// Registers prefix_cache.sync.redis, placements shared over Redis.
+	_ "github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )

@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/prefixcache/caddy-prefixcache/edgesync"
 )
 
 func init() {
@@ -90,14 +92,26 @@ type instanceStats struct {
 	Fallback         string  `json:"fallback"`
 	// BodyKeptForRetries says whether bodies are held after they were
 	// sent, because the handler retries with lb_retry_match.
-	BodyKeptForRetries bool            `json:"body_kept_for_retries"`
-	Entries            int             `json:"entries"`
-	Bytes              int64           `json:"bytes"`
-	Evictions          uint64          `json:"evictions"`
-	Upstreams          []upstreamStats `json:"upstreams"`
+	BodyKeptForRetries bool `json:"body_kept_for_retries"`
+	// Sync is the transport's state and what this instance applied from
+	// other edges; absent without sync.
+	Sync      *syncStats      `json:"sync,omitempty"`
+	Entries   int             `json:"entries"`
+	Bytes     int64           `json:"bytes"`
+	Evictions uint64          `json:"evictions"`
+	Upstreams []upstreamStats `json:"upstreams"`
 	// Indexed holds every upstream the index knows, with the entries it
 	// owns; one that left every pool stays until forget_after.
 	Indexed map[string]int `json:"indexed_upstreams"`
+}
+
+type syncStats struct {
+	edgesync.Status
+	SyncHashes       string            `json:"sync_hashes"`
+	AppliedPlaced    uint64            `json:"applied_placed"`
+	AppliedConfirmed uint64            `json:"applied_confirmed"`
+	Rejected         map[string]uint64 `json:"rejected"`
+	LastLag          string            `json:"last_lag"`
 }
 
 type upstreamStats struct {
@@ -134,6 +148,19 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			BodyKeptForRetries: s.reuse.retryAfterRead || !s.reuse.known,
 			Entries:            st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
+		}
+		if ss := s.sync; ss != nil {
+			is.Sync = &syncStats{
+				Status:           ss.transport.Status(),
+				SyncHashes:       s.SyncHashes,
+				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
+				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
+				Rejected:         map[string]uint64{},
+				LastLag:          time.Duration(ss.lag.Load()).String(),
+			}
+			for r, name := range rejectionNames {
+				is.Sync.Rejected[name] = ss.rejected[r].Load()
+			}
 		}
 		if pool := s.lastPool.Load(); pool != nil {
 			tab := s.upstreams.peek(s.state.index, *pool)

@@ -35,10 +35,15 @@ import (
 //		fallback       <policy> {
 //			<policy options>
 //		}
+//		sync           <transport> [<args>] {
+//			<transport options>
+//		}
+//		sync_hashes    all|new
 //	}
 //
 // Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
-// prefill_rate is a size per second (64KiB).
+// prefill_rate is a size per second (64KiB). sync names a module of the
+// prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
 	if d.NextArg() {
@@ -176,6 +181,30 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return err
 			}
 			s.FallbackRaw = mod
+		case "sync":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if s.SyncRaw != nil {
+				return d.Err("sync transport already specified")
+			}
+			name := d.Val()
+			mod, err := caddyfile.UnmarshalModule(d, "prefix_cache.sync."+name)
+			if err != nil {
+				return err
+			}
+			s.SyncRaw = caddyconfig.JSONModuleObject(mod, "transport", name, nil)
+		case "sync_hashes":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if v := d.Val(); v != SyncHashesAll && v != SyncHashesNew {
+				return d.Errf("invalid sync_hashes '%s': must be %s or %s", v, SyncHashesAll, SyncHashesNew)
+			}
+			s.SyncHashes = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}

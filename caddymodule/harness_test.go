@@ -20,6 +20,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
+	_ "github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )
 
 // backend is a real HTTP upstream that records what it receives.

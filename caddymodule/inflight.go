@@ -40,6 +40,8 @@ type charge struct {
 	tab  *inflightBytes // nil when nothing is charged
 	utab *inflightBytes
 	id   prefixindex.ID // the upstream last charged, kept after the release
+	dial string         // its Dial
+	from int            // the first hash a sync message about it carries
 	n, u int64
 	done bool // released for good: the request has ended
 }
@@ -47,27 +49,28 @@ type charge struct {
 // move charges n bytes to id in tab and u to id in utab, releasing what an
 // earlier attempt of this request charged. It reports false, charging
 // nothing, once the request has ended.
-func (c *charge) move(tab, utab *inflightBytes, id prefixindex.ID, n, u int64) bool {
+func (c *charge) move(tab, utab *inflightBytes, id prefixindex.ID, dial string, from int, n, u int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done {
 		return false
 	}
 	c.give()
-	c.tab, c.utab, c.id, c.n, c.u = tab, utab, id, n, u
+	c.tab, c.utab, c.id, c.dial, c.from, c.n, c.u = tab, utab, id, dial, from, n, u
 	tab[id].Add(n)
 	utab[id].Add(u)
 	return true
 }
 
 // release gives back what is charged, and returns the upstream last
-// charged (0 if none); later moves charge nothing.
-func (c *charge) release() prefixindex.ID {
+// charged (ID 0 if none), its Dial and the first hash to sync; later moves
+// charge nothing.
+func (c *charge) release() (prefixindex.ID, string, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.give()
 	c.done = true
-	return c.id
+	return c.id, c.dial, c.from
 }
 
 // give gives back what is charged. c.mu must be held.

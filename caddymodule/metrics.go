@@ -2,9 +2,11 @@ package caddymodule
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixcache/caddy-prefixcache/edgesync"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
 
@@ -21,6 +23,9 @@ type metricSet struct {
 	promptBytes     prometheus.Counter
 	matchedBytes    prometheus.Counter
 	settlements     *prometheus.CounterVec
+	syncMessages    *prometheus.CounterVec
+	syncRejections  *prometheus.CounterVec
+	syncLag         prometheus.Histogram
 	state           stateCollector
 }
 
@@ -59,6 +64,22 @@ func newMetricSet() *metricSet {
 			Name: "settlements_total",
 			Help: "Routed requests at their end, by outcome: confirmed (the chosen upstream answered 2xx, so its index entries were protected) or unconfirmed (any other status, or no answer: the entries stay on probation).",
 		}, []string{"outcome"}),
+		syncMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "sync_messages_total",
+			Help: "Placement messages shared with the other edges: published by this edge (accepted by the transport) or applied from others, by kind: placed (at selection) or confirmed (the engine answered 2xx).",
+		}, []string{"direction", "kind"}),
+		syncRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "sync_rejected_total",
+			Help: "Messages from other edges not applied, by reason: malformed, shape (another chunk_size), unknown_upstream (not in this policy's pool).",
+		}, []string{"reason"}),
+		syncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:    "sync_lag_seconds",
+			Help:    "From a message's publication on another edge to its application here (the edges' clocks must agree).",
+			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}),
 	}
 	// Every label value exists from the start, so rates work from zero.
 	for _, r := range selection.Reasons() {
@@ -70,6 +91,14 @@ func newMetricSet() *metricSet {
 	m.peeks.WithLabelValues("routed")
 	m.settlements.WithLabelValues("confirmed")
 	m.settlements.WithLabelValues("unconfirmed")
+	for _, dir := range []string{"published", "applied"} {
+		for _, k := range []string{"placed", "confirmed"} {
+			m.syncMessages.WithLabelValues(dir, k)
+		}
+	}
+	for _, r := range rejectionNames {
+		m.syncRejections.WithLabelValues(r)
+	}
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
 	}
@@ -84,7 +113,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 	}
 	for _, c := range []prometheus.Collector{
 		metrics.selections, metrics.peeks, metrics.matchedFraction,
-		metrics.promptBytes, metrics.matchedBytes, metrics.settlements, &metrics.state,
+		metrics.promptBytes, metrics.matchedBytes, metrics.settlements,
+		metrics.syncMessages, metrics.syncRejections, metrics.syncLag, &metrics.state,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
@@ -107,6 +137,19 @@ func (m *metricSet) settled(confirmed bool) {
 	} else {
 		m.settlements.WithLabelValues("unconfirmed").Inc()
 	}
+}
+
+func (m *metricSet) syncPublished(k edgesync.Kind) {
+	m.syncMessages.WithLabelValues("published", k.String()).Inc()
+}
+
+func (m *metricSet) syncApplied(k edgesync.Kind, lag time.Duration) {
+	m.syncMessages.WithLabelValues("applied", k.String()).Inc()
+	m.syncLag.Observe(max(lag, 0).Seconds())
+}
+
+func (m *metricSet) syncRejected(reason string) {
+	m.syncRejections.WithLabelValues(reason).Inc()
 }
 
 func (m *metricSet) selected(d decision) {
@@ -144,11 +187,23 @@ var (
 		"Bytes of request-body buffers alive: in use, idle in the pool, or dropped and not yet collected. body_budget bounds it.", nil, nil)
 	descBodyBudget = prometheus.NewDesc("caddy_prefix_cache_body_budget_bytes",
 		"The largest body_budget of the running policies: the most the body buffers may take.", nil, nil)
+	syncLabels        = []string{"transport", "endpoint", "channel"}
+	descSyncConnected = prometheus.NewDesc("caddy_prefix_cache_sync_connected",
+		"1 while the sync transport can publish and receive, 0 while the edge routes alone.", syncLabels, nil)
+	descSyncDropped = prometheus.NewDesc("caddy_prefix_cache_sync_dropped_total",
+		"Messages this edge's transport did not deliver: queue full, disconnected, or failed after queueing.", syncLabels, nil)
+	descSyncReceived = prometheus.NewDesc("caddy_prefix_cache_sync_received_total",
+		"Messages the transport received from the channel, this edge's own echoes included.", syncLabels, nil)
+	descSyncReconnects = prometheus.NewDesc("caddy_prefix_cache_sync_reconnects_total",
+		"Connections the transport made after its first.", syncLabels, nil)
+	descSyncQueued = prometheus.NewDesc("caddy_prefix_cache_sync_queued",
+		"Messages waiting in the transport's publish queue.", syncLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyInUse, descBodyAllocated, descBodyBudget} {
+	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyInUse, descBodyAllocated, descBodyBudget,
+		descSyncConnected, descSyncDropped, descSyncReceived, descSyncReconnects, descSyncQueued} {
 		ch <- d
 	}
 }
@@ -167,8 +222,13 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 		dial string
 	}
 	counted := map[stateDial]bool{} // instances sharing a state share its bytes
+	syncs := map[[3]string]edgesync.Status{}
 	eachInstance(func(s *PrefixCacheSelection) {
 		budget = max(budget, s.BodyBudget)
+		if s.sync != nil {
+			st := s.sync.transport.Status()
+			syncs[[3]string{st.Transport, st.Endpoint, st.Channel}] = st
+		}
 		if pool := s.lastPool.Load(); pool != nil {
 			tab := s.upstreams.table(s.state.index, *pool)
 			for i, u := range *pool {
@@ -199,6 +259,17 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBodyInUse, prometheus.GaugeValue, float64(bodyInUse.Load()))
 	ch <- prometheus.MustNewConstMetric(descBodyAllocated, prometheus.GaugeValue, float64(bodyAllocated.Load()))
 	ch <- prometheus.MustNewConstMetric(descBodyBudget, prometheus.GaugeValue, float64(budget))
+	for k, st := range syncs {
+		connected := 0.0
+		if st.Connected {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSyncConnected, prometheus.GaugeValue, connected, k[:]...)
+		ch <- prometheus.MustNewConstMetric(descSyncDropped, prometheus.CounterValue, float64(st.Dropped()), k[:]...)
+		ch <- prometheus.MustNewConstMetric(descSyncReceived, prometheus.CounterValue, float64(st.Received), k[:]...)
+		ch <- prometheus.MustNewConstMetric(descSyncReconnects, prometheus.CounterValue, float64(st.Reconnects), k[:]...)
+		ch <- prometheus.MustNewConstMetric(descSyncQueued, prometheus.GaugeValue, float64(st.Queued), k[:]...)
+	}
 	for name, n := range inFlight {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), name)
 	}

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/prefixcache/caddy-prefixcache/edgesync"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
@@ -211,12 +212,26 @@ type PrefixCacheSelection struct {
 	// `least_conn`.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
+	// Share placements with the other edges of a tier through this
+	// transport (a module of the prefix_cache.sync namespace, e.g.
+	// `{"transport": "redis", "url": "redis://10.0.0.5:6379"}`), so that
+	// every edge routes as if it had seen every request. Without it, or
+	// while the transport is down, each edge routes on what it learned
+	// alone. Default: none.
+	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=prefix_cache.sync inline_key=transport"`
+
+	// Which hashes of a request a sync message carries: `all`, or `new`
+	// (those past what the chosen upstream was believed to hold, and at
+	// least the deepest). Default: `all`.
+	SyncHashes string `json:"sync_hashes,omitempty"`
+
 	fallback     reverseproxy.Selector
 	fallbackName string
 	chunker      prefixindex.Chunker
 	policy       selection.Policy
 	nsPerByte    float64 // 1s / prefill_rate; 0 when prefill_rate is off
 	state        *sharedState
+	sync         *syncState   // nil without sync
 	reuse        handlerReuse // when a retry may ask for a sent body again
 	staticDials  []string     // the handler's static upstreams, for the janitor
 	id           uint64       // the admin API's instance number
@@ -285,6 +300,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.ForgetAfter == 0 {
 		s.ForgetAfter = DefaultForgetAfter
 	}
+	if s.SyncHashes == "" {
+		s.SyncHashes = SyncHashesAll
+	}
 
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
@@ -332,6 +350,22 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		return err
 	}
 	addInstance(s)
+	if s.SyncRaw != nil {
+		mod, err := ctx.LoadModule(s, "SyncRaw")
+		if err != nil {
+			return fmt.Errorf("loading sync transport: %w", err)
+		}
+		t, ok := mod.(edgesync.Transport)
+		if !ok {
+			return fmt.Errorf("sync: module %T is not an edgesync.Transport", mod)
+		}
+		// Static upstreams get their IDs now, so that placements from
+		// other edges apply before this one has routed a request.
+		if _, err := s.state.index.InternAll(s.staticDials, nil); err != nil {
+			return fmt.Errorf("interning upstreams: %w", err)
+		}
+		s.startSync(t)
+	}
 	s.logProvisioned(kept)
 	return nil
 }
@@ -393,6 +427,8 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("forget_after must be at least %v, got %v", time.Duration(MinForgetAfter), time.Duration(s.ForgetAfter))
 	case s.AllowEmptyTenant && s.Tenant == "":
 		return fmt.Errorf("allow_empty_tenant needs tenant")
+	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:
+		return fmt.Errorf("sync_hashes must be %s or %s, got %q", SyncHashesAll, SyncHashesNew, s.SyncHashes)
 	}
 	if s.LoadAllowance != nil && *s.LoadAllowance < 0 {
 		return fmt.Errorf("load_allowance must not be negative, got %d", *s.LoadAllowance)
@@ -423,6 +459,7 @@ func (s *PrefixCacheSelection) Cleanup() error {
 	if s.state == nil {
 		return nil
 	}
+	s.stopSync()
 	removeInstance(s)
 	_, err := states.Delete(s.state.key)
 	return err
@@ -457,7 +494,9 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 		return nil
 	}
 	uncached := int64(v.textLen - d.matched)
-	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, int64(v.textLen), uncached)
+	from := s.syncFrom(d.depth)
+	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
+	s.publish(edgesync.Placed, v, d.chosen, from)
 	if s.nsPerByte > 0 {
 		s.state.prefill.add(d.id, time.Now().UnixNano(), uncached, s.nsPerByte)
 	}
@@ -493,7 +532,7 @@ func (s *PrefixCacheSelection) fallBack(pool reverseproxy.UpstreamPool, r *http.
 // {http.reverse_proxy.status_code}, set after each round trip that got a
 // response.
 func (v *view) settle(repl *caddy.Replacer) {
-	id := v.charge.release()
+	id, dial, from := v.charge.release()
 	if id == 0 {
 		return
 	}
@@ -509,6 +548,7 @@ func (v *view) settle(repl *caddy.Replacer) {
 	}
 	v.owner.state.index.Confirm(v.scope, v.hashes, id)
 	metrics.settled(true)
+	v.owner.publish(edgesync.Confirmed, v, dial, from)
 }
 
 // choose picks among pool's available upstreams for a routable request
@@ -590,6 +630,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		dialect:     v.dialect,
 		promptBytes: v.textLen,
 		matched:     min(sc.cands[choice.Index].Depth*s.ChunkSize, v.textLen),
+		depth:       sc.cands[choice.Index].Depth,
 		chosen:      chosen.Dial,
 		preferred:   sc.ups[choice.Preferred].Dial,
 		spilled:     choice.Spilled,

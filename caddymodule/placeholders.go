@@ -29,6 +29,7 @@ type decision struct {
 	dialect     string
 	promptBytes int
 	matched     int
+	depth       int // matched chunks
 	preferred   string
 	chosen      string
 	spilled     bool

@@ -100,6 +100,7 @@ type view struct {
 	skip      skipCause // this instance's own reason to fall back
 	dialect   string
 	scope     prefixindex.Scope
+	scopeKey  uint64 // the tenant's key, 0 without a tenant
 	hashes    []prefixindex.Hash
 	placement uint64
 	textLen   int
@@ -233,7 +234,8 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 	}
 	seed := prefixindex.Seed(req.Model, req.CacheSalt, tenant)
 	if s.Tenant != "" {
-		v.scope = s.state.index.Scope(tenantKey(tenant), *s.TenantShare)
+		v.scopeKey = tenantKey(tenant)
+		v.scope = s.state.index.Scope(v.scopeKey, *s.TenantShare)
 	}
 	v.dialect = req.Kind.String()
 	v.textLen = req.TextLen

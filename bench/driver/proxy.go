@@ -14,7 +14,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the caddyfile adapter
 	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy and the stock policies
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule" // lb_policy prefix_cache
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"      // lb_policy prefix_cache
+	_ "github.com/prefixcache/caddy-prefixcache/edgesync/redis" // its sync transport
 )
 
 // Response headers that AdaptCaddyfile adds to every reverse_proxy
