@@ -22,6 +22,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
+	_ "github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )
 
 // shipped returns the Caddyfiles the repository ships, relative to this
