@@ -107,11 +107,14 @@ type instanceStats struct {
 
 type syncStats struct {
 	edgesync.Status
-	SyncHashes       string            `json:"sync_hashes"`
-	AppliedPlaced    uint64            `json:"applied_placed"`
-	AppliedConfirmed uint64            `json:"applied_confirmed"`
-	Rejected         map[string]uint64 `json:"rejected"`
-	LastLag          string            `json:"last_lag"`
+	SyncHashes       string `json:"sync_hashes"`
+	AppliedPlaced    uint64 `json:"applied_placed"`
+	AppliedConfirmed uint64 `json:"applied_confirmed"`
+	AppliedLoad      uint64 `json:"applied_load"`
+	// TierEdges is how many other edges reported their load lately.
+	TierEdges int               `json:"tier_edges"`
+	Rejected  map[string]uint64 `json:"rejected"`
+	LastLag   string            `json:"last_lag"`
 }
 
 type upstreamStats struct {
@@ -125,7 +128,12 @@ type upstreamStats struct {
 	// queued, in bytes of routing text, by which cold requests are
 	// placed. 0 when prefill_rate is off.
 	PrefillBacklog int64 `json:"prefill_backlog_bytes"`
-	Owned          int   `json:"owned_entries"`
+	// RemoteInFlight and RemoteInFlightBytes are the other edges' load
+	// at the upstream, as they last reported it (with sync); the bound
+	// counts them with this edge's.
+	RemoteInFlight      int   `json:"remote_in_flight"`
+	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
+	Owned               int   `json:"owned_entries"`
 }
 
 func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
@@ -155,6 +163,8 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				SyncHashes:       s.SyncHashes,
 				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
 				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
+				AppliedLoad:      ss.applied[edgesync.LoadKind].Load(),
+				TierEdges:        s.state.tier.edges(),
 				Rejected:         map[string]uint64{},
 				LastLag:          time.Duration(ss.lag.Load()).String(),
 			}
@@ -173,6 +183,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				if s.nsPerByte > 0 {
 					us.PrefillBacklog = s.backlog(tab.ids[i], now)
 				}
+				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
 				is.Upstreams = append(is.Upstreams, us)
 			}
 		}

@@ -67,7 +67,7 @@ func newMetricSet() *metricSet {
 		syncMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "sync_messages_total",
-			Help: "Placement messages shared with the other edges: published by this edge (accepted by the transport) or applied from others, by kind: placed (at selection) or confirmed (the engine answered 2xx).",
+			Help: "Messages shared with the other edges: published by this edge (accepted by the transport) or applied from others, by kind: placed (at selection), confirmed (the engine answered 2xx), or load (an edge's requests in flight per upstream, every 100 ms).",
 		}, []string{"direction", "kind"}),
 		syncRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
@@ -92,8 +92,8 @@ func newMetricSet() *metricSet {
 	m.settlements.WithLabelValues("confirmed")
 	m.settlements.WithLabelValues("unconfirmed")
 	for _, dir := range []string{"published", "applied"} {
-		for _, k := range []string{"placed", "confirmed"} {
-			m.syncMessages.WithLabelValues(dir, k)
+		for _, k := range []edgesync.Kind{edgesync.Placed, edgesync.Confirmed, edgesync.LoadKind} {
+			m.syncMessages.WithLabelValues(dir, k.String())
 		}
 	}
 	for _, r := range rejectionNames {

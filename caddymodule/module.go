@@ -607,9 +607,10 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}
 	for j, u := range sc.ups {
 		id := sc.ids[j]
+		remoteReq, remoteBytes := s.state.tier.load(id) // 0 without sync
 		sc.cands[j].Depth = sc.depths[j]
-		sc.cands[j].Load = u.NumRequests()
-		sc.cands[j].Bytes = s.state.inflight.load(id)
+		sc.cands[j].Load = u.NumRequests() + remoteReq
+		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
 		if s.nsPerByte > 0 {
 			sc.cands[j].Backlog = s.backlog(id, nowNS)
 		}

@@ -50,6 +50,8 @@ type sharedState struct {
 	inflight inflightBytes
 	uncached inflightBytes
 	prefill  prefillQueues
+	// tier is the other edges' load, with sync.
+	tier tierLoad
 	// seen is, per upstream ID, the janitor's clock when the upstream was
 	// last in a pool an instance routed from or holds; clock is that
 	// clock, in ticks since start.

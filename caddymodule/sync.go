@@ -9,11 +9,12 @@ import (
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
-// Several edges share what they learn through a transport module of the
-// prefix_cache.sync namespace (edgesync/redis). Each edge publishes what
-// it records: at selection the chunk hashes and the chosen upstream's
-// Dial (Placed), and at the request's end, when the upstream answered 2xx,
-// the same again (Confirmed). Every edge applies what the others publish
+// Several edges share what they learn, and their load (tierload.go),
+// through a transport module of the prefix_cache.sync namespace
+// (edgesync/redis). Each edge publishes what it records: at selection the
+// chunk hashes and the chosen upstream's Dial (Placed), and at the
+// request's end, when the upstream answered 2xx, the same again
+// (Confirmed). Every edge applies what the others publish
 // to its own index, Placed as a Record (on probation) and Confirmed as a
 // Confirm, so each routes as if it had seen every request. None of it is
 // on the request path: Publish only queues (or drops) a copy, and
@@ -44,10 +45,16 @@ type syncState struct {
 	limits    edgesync.Limits
 
 	// recv and its buffers are used on the transport's goroutine only.
-	recv   edgesync.Message
-	hashes []prefixindex.Hash
+	recv      edgesync.Message
+	hashes    []prefixindex.Hash
+	recvLoad  edgesync.LoadReport
+	loadIDs   []prefixindex.ID
+	loadReq   []int64
+	loadBytes []int64
 
-	applied  [3]atomic.Uint64 // by Kind
+	stopLoad chan struct{} // ends reportLoad
+
+	applied  [4]atomic.Uint64 // by Kind
 	rejected [numRejections]atomic.Uint64
 	lag      atomic.Int64 // ns, of the last message applied
 }
@@ -82,6 +89,8 @@ func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
 		limits:    edgesync.Limits{MaxHashes: s.MaxChunks},
 	}
 	s.sync.cancel = t.Subscribe(s.receive)
+	s.sync.stopLoad = make(chan struct{})
+	go s.reportLoad(s.sync.stopLoad)
 }
 
 // publish tells the other edges that this one sent v's prompt to dial,
@@ -128,6 +137,10 @@ func (s *PrefixCacheSelection) syncFrom(matchedChunks int) int {
 
 // receive applies one message from the transport, on its goroutine.
 func (s *PrefixCacheSelection) receive(msg []byte) {
+	if edgesync.KindOf(msg) == edgesync.LoadKind {
+		s.receiveLoad(msg)
+		return
+	}
 	ss := s.sync
 	m := &ss.recv
 	if err := m.Decode(msg, ss.limits); err != nil {
@@ -168,10 +181,16 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 	metrics.syncApplied(m.Kind, time.Duration(lag))
 }
 
-// stopSync ends the subscription.
+// stopSync ends the subscription and the load reports.
 func (s *PrefixCacheSelection) stopSync() {
-	if s.sync != nil && s.sync.cancel != nil {
+	if s.sync == nil {
+		return
+	}
+	if s.sync.cancel != nil {
 		s.sync.cancel()
+	}
+	if s.sync.stopLoad != nil {
+		close(s.sync.stopLoad)
 	}
 }
 

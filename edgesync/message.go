@@ -25,6 +25,8 @@ func (k Kind) String() string {
 		return "placed"
 	case Confirmed:
 		return "confirmed"
+	case LoadKind:
+		return "load"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -44,23 +44,35 @@ func needRedis(t *testing.T) {
 	}
 }
 
-// backend answers chat completions with its name, and /health.
+// backend answers chat completions with its name; a request with X-Hold
+// is answered only once hold is closed.
 type backend struct {
 	name string
 	srv  *httptest.Server
+	hold chan struct{}
 }
 
 func newBackends(t *testing.T, n int) []*backend {
 	var bs []*backend
 	for i := range n {
-		b := &backend{name: fmt.Sprintf("b%d", i)}
+		b := &backend{name: fmt.Sprintf("b%d", i), hold: make(chan struct{})}
 		b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
+			if r.Header.Get("X-Hold") != "" {
+				<-b.hold
+			}
 			w.Header().Set("X-Backend", b.name)
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"choices":[{"message":{"content":"ok"}}]}`)
 		}))
 		t.Cleanup(b.srv.Close)
+		t.Cleanup(func() {
+			select {
+			case <-b.hold:
+			default:
+				close(b.hold)
+			}
+		})
 		bs = append(bs, b)
 	}
 	return bs
@@ -391,5 +403,80 @@ func TestTenantsStayApartAcrossEdges(t *testing.T) {
 	}
 	if _, got, reason := send(t, b.url, "Bearer a", chat(system, "q", "a", "q2")); reason != "match" || got != home {
 		t.Errorf("tenant a on edge B: %s (%s), want a match on %s", got, reason, home)
+	}
+}
+
+// upstreamStats is what an edge's admin API says of one upstream.
+type upstreamStats struct {
+	Dial           string `json:"dial"`
+	InFlight       int    `json:"in_flight"`
+	RemoteInFlight int    `json:"remote_in_flight"`
+}
+
+func upstreams(t *testing.T, e edge) map[string]upstreamStats {
+	t.Helper()
+	resp, err := http.Get(e.admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Instances []struct {
+			Upstreams []upstreamStats `json:"upstreams"`
+		} `json:"instances"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	out := map[string]upstreamStats{}
+	for _, u := range st.Instances[0].Upstreams {
+		out[u.Dial] = u
+	}
+	return out
+}
+
+// The load bound holds for the tier: requests one edge holds in flight at
+// a replica count on another edge, which then spills a request it would
+// otherwise have sent there; once they end, the other edge matches again.
+func TestLoadBoundHoldsAcrossEdges(t *testing.T) {
+	r := startRedis(t)
+	bs := newBackends(t, 2)
+	edges := startTier(t, 2, bs, r.URL(), "load_allowance 0\n\t\t\tload_allowance_bytes off\n\t\t\tcold_load_factor off\n\t\t\tprefill_rate off")
+	a, b := edges[0], edges[1]
+	waitFor(t, 10*time.Second, "connected", func() bool { return stats(t, a).Sync.Connected && stats(t, b).Sync.Connected })
+	send(t, b.url, "", chat("another", "so that edge B lists its pool in stats"))
+	system := words("busy-system", 600)
+	_, home, _ := send(t, a.url, "", chat(system, "first"))
+	var dial string
+	for _, x := range bs {
+		if x.name == home {
+			dial = x.srv.Listener.Addr().String()
+		}
+	}
+	// Two requests held at home through edge A: its bound at two replicas
+	// with no allowance, ceil(1.25 x 3 / 2) = 2, is full.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, a.url, bytes.NewReader(chat(system, "first", "x", fmt.Sprintf("held %d", i))))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Hold", "1")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	waitFor(t, 5*time.Second, "edge A holds two requests at home", func() bool { return upstreams(t, a)[dial].InFlight == 2 })
+	lag := waitFor(t, 5*time.Second, "edge B sees them", func() bool { return upstreams(t, b)[dial].RemoteInFlight == 2 })
+	t.Logf("edge B saw edge A's two requests in flight %v after they were", lag.Round(time.Millisecond))
+	if _, got, reason := send(t, b.url, "", chat(system, "first", "y", "via B")); reason == "match" || got == home {
+		t.Errorf("edge B, with the tier's bound full at %s: %s (%s), want a spill elsewhere", home, got, reason)
+	}
+	for _, x := range bs {
+		close(x.hold)
+	}
+	wg.Wait()
+	waitFor(t, 5*time.Second, "edge B sees them end", func() bool { return upstreams(t, b)[dial].RemoteInFlight == 0 })
+	if _, got, reason := send(t, b.url, "", chat(system, "first", "y", "via B again")); reason != "match" || got != home {
+		t.Errorf("edge B once the tier is idle: %s (%s), want a match on %s", got, reason, home)
 	}
 }

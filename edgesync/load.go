@@ -1,0 +1,159 @@
+package edgesync
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
+
+// LoadKind is the kind byte of a load report: an edge's requests and
+// prompt bytes in flight at each upstream, published a few times a second,
+// so that every edge bounds each upstream by the whole tier's load rather
+// than by its own share of it. It shares the placement messages' header
+// (magic, version, kind, origin, sent) and channel.
+const LoadKind Kind = 3
+
+// The load report's layout, version 1, after the common header:
+//
+//	offset  size  field
+//	0       2     magic "PC"
+//	2       1     version (1)
+//	3       1     kind (3)
+//	4       8     origin
+//	12      8     sent, unix nanoseconds (signed)
+//	20      2     upstream count N (0..MaxLoadUpstreams)
+//	22      ...   N entries: upstream length L (1..255), upstream (L bytes,
+//	              printable ASCII), requests (4), bytes (8)
+//
+// A report is LoadHeaderSize + the sum over entries of (13 + L) bytes: 264
+// bytes for 8 upstreams with 14-byte Dials.
+const (
+	LoadHeaderSize = 22
+
+	// MaxLoadUpstreams bounds the upstreams one report names; a receiver
+	// takes at most its own pool's worth anyway.
+	MaxLoadUpstreams = 4096
+)
+
+// UpstreamLoad is one upstream's load as one edge sees it.
+type UpstreamLoad struct {
+	Upstream string
+	// Requests in flight from the edge to the upstream.
+	Requests uint32
+	// Bytes of routing text of those requests.
+	Bytes uint64
+}
+
+// LoadReport is what one edge has in flight at each upstream.
+type LoadReport struct {
+	Origin    uint64
+	Sent      int64
+	Upstreams []UpstreamLoad
+}
+
+// KindOf returns the kind of an encoded message, or 0 if b is too short
+// to have one or is not a message of this format.
+func KindOf(b []byte) Kind {
+	if len(b) < 4 || b[0] != magic[0] || b[1] != magic[1] {
+		return 0
+	}
+	return Kind(b[3])
+}
+
+// AppendBinary appends r's encoding to dst. Entries whose upstream cannot
+// be encoded (empty, too long, not printable) are left out, as are those
+// past MaxLoadUpstreams.
+func (r *LoadReport) AppendBinary(dst []byte) []byte {
+	n := 0
+	for _, u := range r.Upstreams {
+		if okUpstream(u.Upstream) && n < MaxLoadUpstreams {
+			n++
+		}
+	}
+	dst = append(dst, magic[0], magic[1], Version, byte(LoadKind))
+	dst = binary.LittleEndian.AppendUint64(dst, r.Origin)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Sent))
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(n))
+	for _, u := range r.Upstreams {
+		if n == 0 {
+			break
+		}
+		if !okUpstream(u.Upstream) {
+			continue
+		}
+		n--
+		dst = append(dst, byte(len(u.Upstream)))
+		dst = append(dst, u.Upstream...)
+		dst = binary.LittleEndian.AppendUint32(dst, u.Requests)
+		dst = binary.LittleEndian.AppendUint64(dst, u.Bytes)
+	}
+	return dst
+}
+
+func okUpstream(s string) bool {
+	return len(s) > 0 && len(s) <= MaxUpstreamLen && printable(s)
+}
+
+// Decode parses b into r, reusing r.Upstreams' storage (and each entry's
+// Upstream string when it is unchanged). It accepts at most maxUpstreams
+// entries (0: MaxLoadUpstreams). On error r is unchanged, and the error
+// wraps one of ErrTruncated, ErrMagic, ErrVersion, ErrKind, ErrUpstream,
+// ErrHashes (too many entries) or ErrTrailing. It never panics.
+func (r *LoadReport) Decode(b []byte, maxUpstreams int) error {
+	if maxUpstreams <= 0 || maxUpstreams > MaxLoadUpstreams {
+		maxUpstreams = MaxLoadUpstreams
+	}
+	if len(b) >= 2 && (b[0] != magic[0] || b[1] != magic[1]) {
+		return fmt.Errorf("%w: starts with %#x", ErrMagic, b[:2])
+	}
+	if len(b) < LoadHeaderSize {
+		return fmt.Errorf("%w: %d bytes, header is %d", ErrTruncated, len(b), LoadHeaderSize)
+	}
+	if b[2] != Version {
+		return fmt.Errorf("%w: %d, want %d", ErrVersion, b[2], Version)
+	}
+	if Kind(b[3]) != LoadKind {
+		return fmt.Errorf("%w: %d, not a load report", ErrKind, b[3])
+	}
+	n := int(binary.LittleEndian.Uint16(b[20:]))
+	if n > maxUpstreams {
+		return fmt.Errorf("%w: %d upstreams, limit %d", ErrHashes, n, maxUpstreams)
+	}
+	// Validate every entry before touching r.
+	off := LoadHeaderSize
+	for i := range n {
+		if off >= len(b) {
+			return fmt.Errorf("%w: entry %d missing", ErrTruncated, i)
+		}
+		l := int(b[off])
+		if l == 0 {
+			return fmt.Errorf("%w: entry %d empty", ErrUpstream, i)
+		}
+		if off+1+l+12 > len(b) {
+			return fmt.Errorf("%w: entry %d cut short", ErrTruncated, i)
+		}
+		if !printable(b[off+1 : off+1+l]) {
+			return fmt.Errorf("%w: entry %d has a byte outside printable ASCII", ErrUpstream, i)
+		}
+		off += 1 + l + 12
+	}
+	if off != len(b) {
+		return fmt.Errorf("%w: %d bytes after the report's %d", ErrTrailing, len(b)-off, off)
+	}
+	r.Origin = binary.LittleEndian.Uint64(b[4:])
+	r.Sent = int64(binary.LittleEndian.Uint64(b[12:]))
+	r.Upstreams = slices.Grow(r.Upstreams[:0], n)[:n]
+	off = LoadHeaderSize
+	for i := range r.Upstreams {
+		l := int(b[off])
+		up := b[off+1 : off+1+l]
+		u := &r.Upstreams[i]
+		if u.Upstream != string(up) {
+			u.Upstream = string(up)
+		}
+		u.Requests = binary.LittleEndian.Uint32(b[off+1+l:])
+		u.Bytes = binary.LittleEndian.Uint64(b[off+1+l+4:])
+		off += 1 + l + 12
+	}
+	return nil
+}

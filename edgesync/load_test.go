@@ -1,0 +1,81 @@
+package edgesync
+
+import (
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// TestLoadGolden pins the load report's encoding: edges of different
+// versions read each other's.
+func TestLoadGolden(t *testing.T) {
+	r := LoadReport{Origin: 0x0102030405060708, Sent: 1, Upstreams: []UpstreamLoad{{"10.0.0.1:80", 3, 1000}, {"", 9, 9}, {"b:1", 0, 0}}}
+	got := hex.EncodeToString(r.AppendBinary(nil))
+	want := "5043" + "01" + "03" + // magic, version, kind
+		"0807060504030201" + "0100000000000000" + // origin, sent
+		"0200" + // two entries (the empty upstream is left out)
+		"0b" + hex.EncodeToString([]byte("10.0.0.1:80")) + "03000000" + "e803000000000000" +
+		"03" + hex.EncodeToString([]byte("b:1")) + "00000000" + "0000000000000000"
+	if got != want {
+		t.Errorf("AppendBinary =\n%s\nwant\n%s", got, want)
+	}
+	if KindOf(r.AppendBinary(nil)) != LoadKind {
+		t.Error("KindOf(a load report) is not LoadKind")
+	}
+}
+
+func TestLoadRoundTrip(t *testing.T) {
+	r := LoadReport{Origin: 42, Sent: -7, Upstreams: []UpstreamLoad{{"10.0.0.11:8000", 17, 1 << 40}, {"engine-2.svc:8000", 0, 5}}}
+	var got LoadReport
+	if err := got.Decode(r.AppendBinary(nil), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("Decode(AppendBinary(%+v)) = %+v", r, got)
+	}
+	empty := LoadReport{Origin: 1}
+	if err := got.Decode(empty.AppendBinary(nil), 0); err != nil || len(got.Upstreams) != 0 {
+		t.Errorf("an empty report: %v, %+v", err, got)
+	}
+}
+
+func TestLoadDecodeErrors(t *testing.T) {
+	good := (&LoadReport{Origin: 1, Upstreams: []UpstreamLoad{{"a:1", 1, 1}, {"b:2", 2, 2}}}).AppendBinary(nil)
+	placement := (&Message{Origin: 1, Kind: Placed, ChunkSize: 256, Upstream: "a:1", Hashes: []uint64{1}}).AppendBinary(nil)
+	for _, tt := range []struct {
+		name string
+		b    []byte
+		max  int
+		want error
+	}{
+		{"truncated header", good[:10], 0, ErrTruncated},
+		{"truncated entry", good[:len(good)-3], 0, ErrTruncated},
+		{"trailing", append(append([]byte{}, good...), 0), 0, ErrTrailing},
+		{"magic", append([]byte("XX"), good[2:]...), 0, ErrMagic},
+		{"a placement", placement, 0, ErrKind},
+		{"too many", good, 1, ErrHashes},
+		{"unprintable", func() []byte { b := append([]byte{}, good...); b[LoadHeaderSize+1] = 0x01; return b }(), 0, ErrUpstream},
+	} {
+		var r LoadReport
+		if err := r.Decode(tt.b, tt.max); !errors.Is(err, tt.want) {
+			t.Errorf("%s: Decode error %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+// FuzzLoadDecode: any input either fails to decode or re-encodes to the
+// same bytes; it never panics.
+func FuzzLoadDecode(f *testing.F) {
+	f.Add((&LoadReport{Origin: 3, Upstreams: []UpstreamLoad{{"10.0.0.1:8000", 4, 4096}}}).AppendBinary(nil))
+	f.Add([]byte("PC\x01\x03"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r LoadReport
+		if r.Decode(b, 0) != nil {
+			return
+		}
+		if again := r.AppendBinary(nil); string(again) != string(b) {
+			t.Fatalf("decoded %x, re-encoded %x", b, again)
+		}
+	})
+}
