@@ -8,8 +8,9 @@ import (
 )
 
 // The body budget bounds the memory that the request-body buffers (and
-// the routing-text buffers rendered from them, scratch.go) of every
-// prefix_cache policy of the process take, whatever the traffic:
+// the routing-text buffers rendered from them, scratch.go, and the chunk
+// hashes of the requests being routed) of every prefix_cache policy of the
+// process take, whatever the traffic:
 // many concurrent long prompts, clients that declare large bodies and
 // trickle them, uploads that stall. It counts every buffer from its
 // allocation until the garbage collector frees it (a runtime cleanup
@@ -52,8 +53,26 @@ func defaultBodyBudget() int64 {
 }
 
 // bodyAllocated is the bytes of body buffers alive, in use or not;
-// bodyInUse those that requests hold.
-var bodyAllocated, bodyInUse atomic.Int64
+// bodyInUse those that requests hold; bodyHashes the chunk hashes of the
+// requests being routed (8 bytes per chunk, up to max_chunks), which
+// count against the budget from their derive to the request's end.
+var bodyAllocated, bodyInUse, bodyHashes atomic.Int64
+
+// reserveHashes counts n bytes of a request's hashes against budget, and
+// reports whether they fit; releaseHashes gives them back.
+func reserveHashes(n, budget int64) bool {
+	for {
+		cur := bodyHashes.Load()
+		if bodyAllocated.Load()+cur+n > budget {
+			return false
+		}
+		if bodyHashes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func releaseHashes(n int64) { bodyHashes.Add(-n) }
 
 // allocBody allocates a buffer of capacity bytes if the allocated bytes
 // stay within budget, and arranges for them to be given back when the
@@ -62,7 +81,7 @@ func allocBody(capacity int, budget int64) []byte {
 	n := int64(capacity)
 	for {
 		cur := bodyAllocated.Load()
-		if cur+n > budget {
+		if cur+bodyHashes.Load()+n > budget {
 			return nil
 		}
 		if bodyAllocated.CompareAndSwap(cur, cur+n) {

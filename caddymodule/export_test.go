@@ -9,9 +9,11 @@ import (
 	"time"
 )
 
-// BodyHeld returns the bytes of body buffers requests hold, for the
-// external tests.
-func BodyHeld() int64 { return bodyInUse.Load() }
+// BodyHeld returns the bytes of body buffers and chunk hashes requests
+// hold, for the external tests; BodyBuffersHeld the buffers alone.
+func BodyHeld() int64 { return bodyInUse.Load() + bodyHashes.Load() }
+
+func BodyBuffersHeld() int64 { return bodyInUse.Load() }
 
 // SettleBodies waits until the pools hold no idle buffer and every buffer
 // dropped has been collected, so that a test's body budget starts from
@@ -37,12 +39,12 @@ func SettleBodies() {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	deadline := time.Now().Add(10 * time.Second)
-	for bodyInUse.Load() != 0 && time.Now().Before(deadline) {
+	for bodyInUse.Load()+bodyHashes.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // the last requests' contexts end on goroutines of their own
 	}
 	// (Benchmarks reuse one request and leave its last buffer charged.)
 	benchmarks := flag.Lookup("test.bench").Value.String() != ""
-	if held := bodyInUse.Load(); held != 0 && code == 0 && !benchmarks {
+	if held := bodyInUse.Load() + bodyHashes.Load(); held != 0 && code == 0 && !benchmarks {
 		fmt.Fprintf(os.Stderr, "body buffers of %d bytes are still charged to the budget after the tests: a buffer leaked\n", held)
 		code = 1
 	}

@@ -182,9 +182,9 @@ var (
 	descOwned = prometheus.NewDesc("caddy_prefix_cache_upstream_owned_entries",
 		"Index entries the upstream is believed to hold: its share of the learned prefixes.", []string{"upstream"}, nil)
 	descBodyInUse = prometheus.NewDesc("caddy_prefix_cache_body_bytes_in_use",
-		"Bytes of request-body buffers that requests hold (at their allocated size), across the process.", nil, nil)
+		"Bytes of request-body buffers (at their allocated size) and chunk hashes that requests hold, across the process.", nil, nil)
 	descBodyAllocated = prometheus.NewDesc("caddy_prefix_cache_body_bytes_allocated",
-		"Bytes of request-body buffers alive: in use, idle in the pool, or dropped and not yet collected. body_budget bounds it.", nil, nil)
+		"Bytes of request-body and routing-text buffers alive (in use, idle in the pool, or dropped and not yet collected) and of the chunk hashes of requests being routed. body_budget bounds it.", nil, nil)
 	descBodyBudget = prometheus.NewDesc("caddy_prefix_cache_body_budget_bytes",
 		"The largest body_budget of the running policies: the most the body buffers may take.", nil, nil)
 	syncLabels        = []string{"transport", "endpoint", "channel"}
@@ -256,8 +256,9 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, capacity)
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, bytes)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, evictions)
-	ch <- prometheus.MustNewConstMetric(descBodyInUse, prometheus.GaugeValue, float64(bodyInUse.Load()))
-	ch <- prometheus.MustNewConstMetric(descBodyAllocated, prometheus.GaugeValue, float64(bodyAllocated.Load()))
+	hashes := float64(bodyHashes.Load())
+	ch <- prometheus.MustNewConstMetric(descBodyInUse, prometheus.GaugeValue, float64(bodyInUse.Load())+hashes)
+	ch <- prometheus.MustNewConstMetric(descBodyAllocated, prometheus.GaugeValue, float64(bodyAllocated.Load())+hashes)
 	ch <- prometheus.MustNewConstMetric(descBodyBudget, prometheus.GaugeValue, float64(budget))
 	for k, st := range syncs {
 		connected := 0.0

@@ -21,14 +21,25 @@ import (
 // request ends when lb_retry_match may; with the whole body again for a
 // retry after a retryable status; and within body_budget always.
 
-// waitHeld waits until the body buffers of the process hold want bytes,
-// or fails after a deadline.
+// waitHeld waits until the body buffers and chunk hashes of the process
+// hold want bytes, or fails after a deadline.
 func waitHeld(t *testing.T, want int64, why string) {
 	t.Helper()
+	waitFor(t, caddymodule.BodyHeld, want, why)
+}
+
+// waitBuffers waits until the body buffers alone hold want bytes.
+func waitBuffers(t *testing.T, want int64, why string) {
+	t.Helper()
+	waitFor(t, caddymodule.BodyBuffersHeld, want, why)
+}
+
+func waitFor(t *testing.T, held func() int64, want int64, why string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for caddymodule.BodyHeld() != want {
+	for held() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: body buffers hold %d bytes, want %d", why, caddymodule.BodyHeld(), want)
+			t.Fatalf("%s: body buffers hold %d bytes, want %d", why, held(), want)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
 	}
@@ -84,11 +95,11 @@ func TestBodyReleasedWhileResponseStreams(t *testing.T) {
 				t.Fatalf("first event %q, %v", first, err)
 			}
 			if tt.keptDuring {
-				if held := caddymodule.BodyHeld(); held < int64(len(body)) {
+				if held := caddymodule.BodyBuffersHeld(); held < int64(len(body)) {
 					t.Errorf("while the response streams, with lb_retry_match: %d bytes held, want the body's %d kept for a retry", held, len(body))
 				}
 			} else {
-				waitHeld(t, 0, "while the response streams")
+				waitBuffers(t, 0, "while the response streams")
 			}
 			close(release)
 			io.Copy(io.Discard, resp.Body)
@@ -200,7 +211,7 @@ func TestBodyBudgetFallsBackAndServes(t *testing.T) {
 		conns[i] = conn
 		stalled[i] = chat("sys", words(fmt.Sprintf("stalled%d", i), 2000))
 		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", 100, stalled[i][:100])
-		waitHeld(t, int64(i+1)*16<<10, "uploads stalled after 100 bytes")
+		waitBuffers(t, int64(i+1)*16<<10, "uploads stalled after 100 bytes")
 	}
 
 	before := scrape(t, admin, "caddy_prefix_cache_body_peeks_total")

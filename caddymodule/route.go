@@ -102,6 +102,7 @@ type view struct {
 	scope     prefixindex.Scope
 	scopeKey  uint64 // the tenant's key, 0 without a tenant
 	hashes    []prefixindex.Hash
+	hashBytes int64 // counted against the body budget until the request ends
 	placement uint64
 	textLen   int
 	// tried lists the upstreams earlier attempts chose.
@@ -132,11 +133,16 @@ func peekRequest(r *http.Request, maxBody, budget int64, keep bool) *peeked {
 func (p *peeked) finish() {
 	p.replay.buf.markCtxDone()
 	p.mu.Lock()
+	if p.finished {
+		p.mu.Unlock()
+		return
+	}
 	p.finished = true
 	views := slices.Clone(p.views)
 	p.mu.Unlock()
 	for _, v := range views {
 		v.settle(p.repl)
+		releaseHashes(v.hashBytes)
 	}
 }
 
@@ -177,7 +183,10 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 	p.buf.setKeep(s.keepBody(r))
 	p.mu.Lock()
 	if p.finished {
+		// The request ended during the read: this view charges
+		// nothing, and no finish will give its hashes back.
 		v.charge.done = true
+		releaseHashes(v.hashBytes)
 	}
 	p.views = append(p.views, v)
 	p.mu.Unlock()
@@ -239,7 +248,13 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 	}
 	v.dialect = req.Kind.String()
 	v.textLen = req.TextLen
-	v.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, min(len(text)/s.ChunkSize, s.MaxChunks)), seed, text)
+	n := min(len(text)/s.ChunkSize, s.MaxChunks)
+	if !reserveHashes(8*int64(n), s.BodyBudget) {
+		v.skip = skipBudget
+		return
+	}
+	v.hashBytes = 8 * int64(n)
+	v.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, n), seed, text)
 	v.placement = placementKey(seed, text[:req.Placement])
 }
 

@@ -115,17 +115,26 @@ func h2cClient() *http.Client {
 }
 
 // burst sends n requests at once, body i%len(bodies) each, reads every
-// answer to its end, and returns the errors.
-func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]byte) (errors int) {
+// answer to its end, and returns the errors. headers, if not nil, is
+// closed once every request has its response headers (every upload is
+// done, and the answers stream).
+func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]byte, headers chan<- struct{}) (errors int) {
 	var wg sync.WaitGroup
 	var errs atomic.Int64
+	var answered atomic.Int64
 	start := make(chan struct{})
+	answer := func() {
+		if answered.Add(1) == int64(n) && headers != nil {
+			close(headers)
+		}
+	}
 	for i := range n {
 		wg.Go(func() {
 			<-start
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[i%len(bodies)]))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := c.Do(req)
+			answer()
 			if err != nil {
 				errs.Add(1)
 				return

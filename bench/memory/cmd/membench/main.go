@@ -59,6 +59,11 @@ type cell struct {
 	PeakAllocated float64 `json:"peak_body_allocated"`
 	PeakHeap      float64 `json:"peak_heap_inuse"`
 	Budget        float64 `json:"body_budget"`
+	// StreamingRSS and StreamingInUse are Caddy's resident set and the
+	// policy's bytes in use one second after every upload ended, while
+	// every answer still streams: what early release keeps.
+	StreamingRSS   int64   `json:"streaming_rss,omitempty"`
+	StreamingInUse float64 `json:"streaming_body_in_use,omitempty"`
 	// AllocatedPerRequest is Go's allocation (go_memstats_alloc_bytes_total)
 	// during the run, per request: what feeds the garbage collector.
 	AllocatedPerRequest float64 `json:"go_alloc_bytes_per_request"`
@@ -125,8 +130,8 @@ func run(o options) error {
 						return err
 					}
 					cells = append(cells, c)
-					fmt.Fprintf(os.Stderr, "load %-12s %7s x %4d: rest %s, peak %s (heap %s), bodies in use %s, allocated %s, budget skips %.0f, errors %d, Go allocations %s per request (%.1fs)\n",
-						pol, sz, n, mib(c.RestRSS), mib(c.PeakRSS), mib(int64(c.PeakHeap)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), c.BudgetSkips, c.Errors, humanize.IBytes(uint64(c.AllocatedPerRequest)), c.Seconds)
+					fmt.Fprintf(os.Stderr, "load %-12s %7s x %4d: rest %s, peak %s (heap %s), bodies in use %s, allocated %s, budget skips %.0f, errors %d; streaming: RSS %s, in use %s (%.1fs)\n",
+						pol, sz, n, mib(c.RestRSS), mib(c.PeakRSS), mib(int64(c.PeakHeap)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), c.BudgetSkips, c.Errors, mib(c.StreamingRSS), mib(int64(c.StreamingInUse)), c.Seconds)
 				}
 			}
 		}
@@ -187,13 +192,30 @@ func measureLoad(o options, dir string, eng *engines, policy string, bodies [][]
 	allocBefore := c.metric("go_memstats_alloc_bytes_total")["go_memstats_alloc_bytes_total"]
 	s := sample(c, 50*time.Millisecond)
 	start := time.Now()
-	errs := burst(context.Background(), client(), c.site+"/v1/chat/completions", n, bodies)
+	headers := make(chan struct{})
+	var streamingRSS int64
+	var streamingInUse float64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		select {
+		case <-headers:
+		case <-time.After(o.stream):
+			return // some request never got its headers: no streaming phase
+		}
+		time.Sleep(time.Second) // into the streaming phase: the scenario, not synchronisation
+		streamingRSS, _ = c.rss()
+		streamingInUse = c.metric("caddy_prefix_cache_body_bytes_in_use")["caddy_prefix_cache_body_bytes_in_use"]
+	}()
+	errs := burst(context.Background(), client(), c.site+"/v1/chat/completions", n, bodies, headers)
+	<-sampled
 	pk := s.stop()
 	_, hwm := c.rss()
 	m := c.metric("")
 	return cell{
 		AllocatedPerRequest: (m["go_memstats_alloc_bytes_total"] - allocBefore) / float64(n),
-		Scenario:            "load", Policy: policy, Size: size, Conc: n,
+		StreamingRSS:        streamingRSS, StreamingInUse: streamingInUse,
+		Scenario: "load", Policy: policy, Size: size, Conc: n,
 		RestRSS: rest, PeakRSS: max(pk.RSS, hwm), PeakInUse: pk.InUse, PeakAllocated: pk.Allocated, PeakHeap: pk.Heap,
 		Budget:      m["caddy_prefix_cache_body_budget_bytes"],
 		BudgetSkips: m[`caddy_prefix_cache_body_peeks_total{outcome="budget"}`],
@@ -241,8 +263,8 @@ func measureAttack(o options, dir string, eng *engines, policy string, a attack)
 }
 
 func printTables(cells []cell) {
-	fmt.Println("| prompt | concurrent | round_robin peak RSS | prefix_cache peak RSS | extra | prefix_cache / round_robin | bodies in use, peak | allocated, peak | budget | budget skips | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| prompt | concurrent | round_robin peak RSS | prefix_cache peak RSS | extra | prefix_cache / round_robin | bodies in use, peak | allocated, peak | budget | budget skips | while streaming: round_robin / prefix_cache RSS, bodies in use | errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 	base := map[[2]int]cell{}
 	for _, c := range cells {
 		if c.Scenario == "load" && c.Policy != "prefix_cache" {
@@ -254,9 +276,10 @@ func printTables(cells []cell) {
 			continue
 		}
 		b := base[[2]int{c.Size, c.Conc}]
-		fmt.Printf("| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %.0f | %d / %d |\n",
+		fmt.Printf("| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %.0f | %s / %s, %s | %d / %d |\n",
 			humanize.IBytes(uint64(c.Size)), c.Conc, mib(b.PeakRSS), mib(c.PeakRSS), mib(c.PeakRSS-b.PeakRSS),
-			float64(c.PeakRSS)/float64(max(b.PeakRSS, 1)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), mib(int64(c.Budget)), c.BudgetSkips, b.Errors, c.Errors)
+			float64(c.PeakRSS)/float64(max(b.PeakRSS, 1)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), mib(int64(c.Budget)), c.BudgetSkips,
+			mib(b.StreamingRSS), mib(c.StreamingRSS), mib(int64(c.StreamingInUse)), b.Errors, c.Errors)
 	}
 	fmt.Println()
 	fmt.Println("| attack | policy | RSS at rest | peak RSS | bodies in use, peak | allocated, peak | probe p50 / p99 before | during |")
