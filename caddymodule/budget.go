@@ -2,8 +2,11 @@ package caddymodule
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -22,6 +25,14 @@ import (
 // reaches the budget while it arrives stops being read, its bytes are
 // replayed, and the rest streams as it comes. Either way it goes to the
 // fallback policy, body untouched (skip reason "budget").
+//
+// The budget is what buffering may add to Caddy's memory, so it covers
+// the garbage collector's headroom too: the collector lets the heap grow
+// past what is live by GOGC percent before it collects, so every live
+// buffer byte lets a GOGC/100 byte of any garbage (Caddy's own included)
+// wait for collection beside it (bench/memory shows it under overload).
+// Buffers therefore get budget / (1 + GOGC/100) of it: half, at Go's
+// default GOGC of 100.
 
 // DefaultBodyBudgetFraction is the share of the process's memory limit
 // (GOMEMLIMIT; Caddy's main sets it to 90% of the container's cgroup
@@ -52,6 +63,30 @@ func defaultBodyBudget() int64 {
 	return min(max(int64(float64(limit)*DefaultBodyBudgetFraction), minBodyBudget), DefaultBodyBudgetMax)
 }
 
+// gcHeadroom is how much heap a live byte costs before the collector runs:
+// 1 + GOGC/100, read from the environment as the runtime reads it (100
+// when unset or unparsable; off or negative: 1, the memory limit alone
+// bounding the heap).
+var gcHeadroom = sync.OnceValue(func() float64 { return headroomOf(os.Getenv("GOGC")) })
+
+func headroomOf(gogc string) float64 {
+	if gogc == "off" {
+		return 1
+	}
+	n, err := strconv.Atoi(gogc)
+	switch {
+	case err != nil:
+		return 2
+	case n < 0:
+		return 1
+	}
+	return 1 + float64(n)/100
+}
+
+// fits reports whether n buffer bytes, with the collector's headroom for
+// them, stay within budget.
+func fits(n, budget int64) bool { return float64(n)*gcHeadroom() <= float64(budget) }
+
 // bodyAllocated is the bytes of body buffers alive, in use or not;
 // bodyInUse those that requests hold; bodyHashes the chunk hashes of the
 // requests being routed (8 bytes per chunk, up to max_chunks), which
@@ -63,7 +98,7 @@ var bodyAllocated, bodyInUse, bodyHashes atomic.Int64
 func reserveHashes(n, budget int64) bool {
 	for {
 		cur := bodyHashes.Load()
-		if bodyAllocated.Load()+cur+n > budget {
+		if !fits(bodyAllocated.Load()+cur+n, budget) {
 			return false
 		}
 		if bodyHashes.CompareAndSwap(cur, cur+n) {
@@ -81,7 +116,7 @@ func allocBody(capacity int, budget int64) []byte {
 	n := int64(capacity)
 	for {
 		cur := bodyAllocated.Load()
-		if cur+bodyHashes.Load()+n > budget {
+		if !fits(cur+bodyHashes.Load()+n, budget) {
 			return nil
 		}
 		if bodyAllocated.CompareAndSwap(cur, cur+n) {

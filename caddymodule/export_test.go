@@ -15,6 +15,10 @@ func BodyHeld() int64 { return bodyInUse.Load() + bodyHashes.Load() }
 
 func BodyBuffersHeld() int64 { return bodyInUse.Load() }
 
+// GCHeadroom is the collector's headroom per live buffer byte that the
+// body budget covers (budget.go).
+func GCHeadroom() float64 { return gcHeadroom() }
+
 // SettleBodies waits until the pools hold no idle buffer and every buffer
 // dropped has been collected, so that a test's body budget starts from
 // what requests hold: each collection empties the pools a step further,

@@ -35,7 +35,7 @@ func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []b
 		return skipContentType, nil, nil, nil
 	case r.ContentLength > maxBody:
 		return skipTooLarge, nil, nil, nil
-	case r.ContentLength > 0 && bodyInUse.Load()+int64(capacityFor(int(r.ContentLength))) > budget:
+	case r.ContentLength > 0 && !fits(bodyInUse.Load()+int64(capacityFor(int(r.ContentLength))), budget):
 		return skipBudget, nil, nil, nil
 	}
 

@@ -194,7 +194,10 @@ func TestBodyBudgetFallsBackAndServes(t *testing.T) {
 	caddymodule.SettleBodies() // no idle buffer from earlier tests in the pools
 	up := newBackend(t, "up")
 	port := freePort(t)
-	admin := startCaddyAdmin(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s {\n\t\tlb_policy prefix_cache {\n\t\t\tbody_budget 64KiB\n\t\t}\n\t\theader_down X-Skip {http.reverse_proxy.prefix_cache.skip}\n\t}\n}\n", port, up.addr()))
+	// A budget of four first buffers (16 KiB each) and the collector's
+	// headroom for them.
+	budget := int64(4 * 16 << 10 * caddymodule.GCHeadroom())
+	admin := startCaddyAdmin(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s {\n\t\tlb_policy prefix_cache {\n\t\t\tbody_budget %d\n\t\t}\n\t\theader_down X-Skip {http.reverse_proxy.prefix_cache.skip}\n\t}\n}\n", port, up.addr(), budget))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 
 	// Four chunked uploads that send a little and stall: each holds a

@@ -150,6 +150,39 @@ func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]by
 	return int(errs.Load())
 }
 
+// steady keeps n requests streaming at once, as n clients that each
+// send their next request when their answer ends: client i first sends
+// at i x stream/n, so uploads are spread over time as in a running
+// service, and every client keeps sending until dur has passed since the
+// start. It returns the requests sent and the errors.
+func steady(ctx context.Context, c *http.Client, url string, n int, stream, dur time.Duration, bodies [][]byte) (sent, errors int) {
+	var wg sync.WaitGroup
+	var nsent, errs atomic.Int64
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			// The client's place in the stagger: the scenario, not synchronisation.
+			time.Sleep(time.Duration(i) * stream / time.Duration(n))
+			for k := 0; time.Since(start) < dur; k++ {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[(i+k)%len(bodies)]))
+				req.Header.Set("Content-Type", "application/json")
+				nsent.Add(1)
+				resp, err := c.Do(req)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if drain(resp.Body) != nil || resp.StatusCode != http.StatusOK {
+					errs.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return int(nsent.Load()), int(errs.Load())
+}
+
 // probe sends n small chat requests one after another and returns their
 // latencies' p50 and p99: what an ordinary client sees meanwhile.
 func probe(c *http.Client, url string, n int) (p50, p99 time.Duration, errors int) {

@@ -1,10 +1,13 @@
 // Command membench measures the memory a real Caddy process holds for
 // request bodies with lb_policy prefix_cache beside round_robin (or
 // least_conn), in the same run: Caddy's resident set at rest and at its
-// peak, and the policy's own held body bytes
-// (caddy_prefix_cache_body_bytes_held, sampled every 50 ms), while many
-// clients send long prompts at once to engines that read them and then
-// stream their answers for seconds; and the same under attacks that try
+// peak, and the policy's own body bytes (caddy_prefix_cache_body_bytes_in_use
+// and _allocated, sampled every 50 ms), while many clients send long
+// prompts to engines that read them and then stream their answers for
+// seconds, either all at once (-arrivals burst: every upload overlaps) or
+// as a running service sees them (-arrivals steady: n clients staggered
+// over one answer's time, each sending again when its answer ends); and
+// the same under attacks that try
 // to pin memory (stalled and trickling uploads over HTTP/1.1 and h2c,
 // clients that never read their answers), with the latency an ordinary
 // client sees meanwhile.
@@ -15,6 +18,7 @@
 //
 //	bench/memory/run.sh                      # builds Caddy, runs everything
 //	bench/memory/run.sh -sizes 2MiB -conc 200 -policies round_robin,prefix_cache
+//	bench/memory/run.sh -only load -arrivals steady
 package main
 
 import (
@@ -42,11 +46,17 @@ type options struct {
 	only     string
 	jsonOut  string
 	budget   string
+	arrivals string
+	render   string
 }
 
 // cell is one measurement.
 type cell struct {
 	Scenario string `json:"scenario"`
+	// Arrivals is how the load's requests start: "burst" (all at once)
+	// or "steady" (staggered, each client sending again when its answer
+	// ends).
+	Arrivals string `json:"arrivals,omitempty"`
 	Policy   string `json:"policy"`
 	Size     int    `json:"prompt_bytes,omitempty"`
 	Conc     int    `json:"concurrency"`
@@ -77,6 +87,10 @@ type cell struct {
 	ProbeDuringP50 float64 `json:"probe_during_p50_ms,omitempty"`
 	ProbeDuringP99 float64 `json:"probe_during_p99_ms,omitempty"`
 	ProbeErrors    int     `json:"probe_errors,omitempty"`
+	// EndRSS and EndInUse are Caddy's resident set and the policy's bytes
+	// in use at the end of an attack, before it stops: what it pins.
+	EndRSS   int64   `json:"end_rss,omitempty"`
+	EndInUse float64 `json:"end_body_in_use,omitempty"`
 }
 
 func main() {
@@ -91,7 +105,18 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only 'load' or 'hostile'")
 	flag.StringVar(&o.jsonOut, "json", "", "write the raw results here")
 	flag.StringVar(&o.budget, "body-budget", "", "prefix_cache's body_budget (default: the policy's default)")
+	flag.StringVar(&o.arrivals, "arrivals", "burst", "how load requests start: burst (all at once, every upload overlapping) or steady (staggered over -stream, each client sending again when its answer ends, for 3 x -stream)")
+	flag.StringVar(&o.render, "render", "", "print the tables of this -json file and exit")
 	flag.Parse()
+	if o.render != "" {
+		if err := render(o.render); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if o.arrivals != "burst" && o.arrivals != "steady" {
+		log.Fatalf("-arrivals %q: want burst or steady", o.arrivals)
+	}
 	if o.caddy == "" {
 		log.Fatal("-caddy is required (bench/memory/run.sh builds it)")
 	}
@@ -159,6 +184,27 @@ func run(o options) error {
 	return nil
 }
 
+// render prints the tables of a -json file.
+func render(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var f struct {
+		Cells []cell `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for i := range f.Cells {
+		if f.Cells[i].Scenario == "load" && f.Cells[i].Arrivals == "" {
+			f.Cells[i].Arrivals = "burst" // files written before -arrivals
+		}
+	}
+	printTables(f.Cells)
+	return nil
+}
+
 // policyJSON is the selection policy object of a policy name.
 func policyJSON(o options, name string) map[string]any {
 	p := map[string]any{"policy": name}
@@ -192,6 +238,9 @@ func measureLoad(o options, dir string, eng *engines, policy string, bodies [][]
 	allocBefore := c.metric("go_memstats_alloc_bytes_total")["go_memstats_alloc_bytes_total"]
 	s := sample(c, 50*time.Millisecond)
 	start := time.Now()
+	// headers is closed when the answers stream: in a burst, once every
+	// request has its response headers; in steady arrivals, once every
+	// client has started (after one stream's time).
 	headers := make(chan struct{})
 	var streamingRSS int64
 	var streamingInUse float64
@@ -200,20 +249,30 @@ func measureLoad(o options, dir string, eng *engines, policy string, bodies [][]
 		defer close(sampled)
 		select {
 		case <-headers:
-		case <-time.After(o.stream):
+		case <-time.After(2 * o.stream):
 			return // some request never got its headers: no streaming phase
 		}
 		time.Sleep(time.Second) // into the streaming phase: the scenario, not synchronisation
 		streamingRSS, _ = c.rss()
 		streamingInUse = c.metric("caddy_prefix_cache_body_bytes_in_use")["caddy_prefix_cache_body_bytes_in_use"]
 	}()
-	errs := burst(context.Background(), client(), c.site+"/v1/chat/completions", n, bodies, headers)
+	url := c.site + "/v1/chat/completions"
+	var errs int
+	requests := n
+	if o.arrivals == "steady" {
+		t := time.AfterFunc(o.stream, func() { close(headers) })
+		defer t.Stop()
+		requests, errs = steady(context.Background(), client(), url, n, o.stream, 3*o.stream, bodies)
+	} else {
+		errs = burst(context.Background(), client(), url, n, bodies, headers)
+	}
 	<-sampled
 	pk := s.stop()
 	_, hwm := c.rss()
 	m := c.metric("")
 	return cell{
-		AllocatedPerRequest: (m["go_memstats_alloc_bytes_total"] - allocBefore) / float64(n),
+		AllocatedPerRequest: (m["go_memstats_alloc_bytes_total"] - allocBefore) / float64(requests),
+		Arrivals:            o.arrivals,
 		StreamingRSS:        streamingRSS, StreamingInUse: streamingInUse,
 		Scenario: "load", Policy: policy, Size: size, Conc: n,
 		RestRSS: rest, PeakRSS: max(pk.RSS, hwm), PeakInUse: pk.InUse, PeakAllocated: pk.Allocated, PeakHeap: pk.Heap,
@@ -247,6 +306,8 @@ func measureAttack(o options, dir string, eng *engines, policy string, a attack)
 	time.Sleep(o.hold / 2) // the attack's duration is the scenario, not synchronisation
 	d50, d99, perr := probe(pc, url, 20)
 	time.Sleep(o.hold / 2)
+	endRSS, _ := c.rss()
+	endInUse := c.metric("caddy_prefix_cache_body_bytes_in_use")["caddy_prefix_cache_body_bytes_in_use"]
 	stop()
 	pk := s.stop()
 	_, hwm := c.rss()
@@ -259,13 +320,14 @@ func measureAttack(o options, dir string, eng *engines, policy string, a attack)
 		Seconds:        time.Since(start).Seconds(),
 		ProbeBeforeP50: ms(b50), ProbeBeforeP99: ms(b99),
 		ProbeDuringP50: ms(d50), ProbeDuringP99: ms(d99), ProbeErrors: perr,
+		EndRSS: endRSS, EndInUse: endInUse,
 	}, nil
 }
 
 func printTables(cells []cell) {
-	fmt.Println("| prompt | concurrent | round_robin peak RSS | prefix_cache peak RSS | extra | prefix_cache / round_robin | bodies in use, peak | allocated, peak | budget | budget skips | while streaming: round_robin / prefix_cache RSS, bodies in use | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
-	base := map[[2]int]cell{}
+	fmt.Println("| prompt | arrivals | concurrent | round_robin peak RSS | prefix_cache peak RSS | extra | prefix_cache / round_robin | bodies in use, peak | allocated, peak | budget | budget skips | while streaming: round_robin / prefix_cache RSS, bodies in use | errors |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+	base := map[[2]int]cell{} // by size and concurrency: one arrival mode per run
 	for _, c := range cells {
 		if c.Scenario == "load" && c.Policy != "prefix_cache" {
 			base[[2]int{c.Size, c.Conc}] = c
@@ -276,20 +338,28 @@ func printTables(cells []cell) {
 			continue
 		}
 		b := base[[2]int{c.Size, c.Conc}]
-		fmt.Printf("| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %.0f | %s / %s, %s | %d / %d |\n",
-			humanize.IBytes(uint64(c.Size)), c.Conc, mib(b.PeakRSS), mib(c.PeakRSS), mib(c.PeakRSS-b.PeakRSS),
+		streaming := "—"
+		if b.StreamingRSS > 0 && c.StreamingRSS > 0 {
+			streaming = fmt.Sprintf("%s / %s, %s", mib(b.StreamingRSS), mib(c.StreamingRSS), mib(int64(c.StreamingInUse)))
+		}
+		fmt.Printf("| %s | %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %.0f | %s | %d / %d |\n",
+			humanize.IBytes(uint64(c.Size)), c.Arrivals, c.Conc, mib(b.PeakRSS), mib(c.PeakRSS), mib(c.PeakRSS-b.PeakRSS),
 			float64(c.PeakRSS)/float64(max(b.PeakRSS, 1)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), mib(int64(c.Budget)), c.BudgetSkips,
-			mib(b.StreamingRSS), mib(c.StreamingRSS), mib(int64(c.StreamingInUse)), b.Errors, c.Errors)
+			streaming, b.Errors, c.Errors)
 	}
 	fmt.Println()
-	fmt.Println("| attack | policy | RSS at rest | peak RSS | bodies in use, peak | allocated, peak | probe p50 / p99 before | during |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| attack | policy | RSS at rest | peak RSS | bodies in use, peak | allocated, peak | at the attack's end: RSS, bodies in use | probe p50 / p99 before | during |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range cells {
 		if c.Scenario == "load" {
 			continue
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %.1f / %.1f ms | %.1f / %.1f ms |\n",
-			c.Scenario, c.Policy, mib(c.RestRSS), mib(c.PeakRSS), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)),
+		end := "—"
+		if c.EndRSS > 0 {
+			end = fmt.Sprintf("%s, %s", mib(c.EndRSS), mib(int64(c.EndInUse)))
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %.1f / %.1f ms | %.1f / %.1f ms |\n",
+			c.Scenario, c.Policy, mib(c.RestRSS), mib(c.PeakRSS), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), end,
 			c.ProbeBeforeP50, c.ProbeBeforeP99, c.ProbeDuringP50, c.ProbeDuringP99)
 	}
 }
