@@ -46,7 +46,7 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 // hasKey reports whether the object at b[i], already skipped once, has a
 // member named key.
 func hasKey(b []byte, i int, key string) bool {
-	var kbuf [32]byte
+	var kbuf nameBuf
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
 		k, _, ve, err2 := member(b, i, &kbuf)
@@ -252,6 +252,8 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	b := p.b
 	obj, ps, inText := i, p.pos(dst), p.inText
 	var f partFields
+	var tbuf nameBuf
+	var typ []byte // the last type, unescaped (nil if not a string)
 	var done, slow bool
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
@@ -267,13 +269,13 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 			v = &f.typ
 		case "text":
 			v = &f.text
-			eager = isTextType(stringContents(b, f.typ)) && b[vs] == '"'
+			eager = isTextType(typ) && b[vs] == '"'
 		case "content":
 			v = &f.content
-			eager = string(stringContents(b, f.typ)) == "tool_result" && !p.nested
+			eager = string(typ) == "tool_result" && !p.nested
 		case "thinking":
 			v = &f.thinking
-			eager = string(stringContents(b, f.typ)) == "thinking" && b[vs] == '"'
+			eager = string(typ) == "thinking" && b[vs] == '"'
 		case "image_url":
 			v = &f.imageURL
 		case "input_audio":
@@ -300,7 +302,12 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 				dst, ve, err = p.thinking(dst, vs)
 			}
 			done = true
+		} else if v == &f.typ && b[vs] == '"' {
+			typ, ve, err = readName(b, vs, &tbuf)
 		} else {
+			if v == &f.typ {
+				typ = nil
+			}
 			ve, err = skipValue(b, vs)
 		}
 		if v != nil {
@@ -318,7 +325,6 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 		return dst, end, nil
 	}
 	dst, p.inText = p.reset(dst, ps), inText
-	typ := stringContents(b, f.typ)
 	switch string(typ) {
 	case "text", "input_text", "output_text":
 		if f.text.ok() && b[f.text.s] == '"' {
@@ -373,7 +379,8 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	}
 	// Any other part (or a known type in an unexpected shape): its type and
 	// a digest of its members.
-	return p.digestItem(dst, typ, obj), end, nil
+	dst, err = p.digestItem(dst, f.typ, obj)
+	return dst, end, err
 }
 
 // field returns v if it is a string, or the span of v's string member key
@@ -387,7 +394,7 @@ func (p *parser) field(v span, key string) span {
 	case '"':
 		return v
 	case '{':
-		var kbuf [32]byte
+		var kbuf nameBuf
 		i, more, err := firstMember(b, v.s)
 		for more && err == nil {
 			k, vs, ve, err2 := member(b, i, &kbuf)
@@ -437,19 +444,25 @@ func (p *parser) stringDigest(dst []byte, v span) ([]byte, uint64, error) {
 
 // membersDigest digests the members of the object at b[i] other than
 // "type" and "cache_control", independently of their order: the sum of
-// xxh3(raw value) seeded by xxh3(key).
-func (p *parser) membersDigest(i int) uint64 {
+// xxh3(raw value) seeded by xxh3(unescaped key). A key too long for
+// readName to unescape is unescaped into dst's spare room (dst's length
+// is unchanged).
+func (p *parser) membersDigest(dst []byte, i int) uint64 {
 	b := p.b
-	var kbuf [32]byte
 	var h uint64
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
-		k, vs, ve, err2 := member(b, i, &kbuf)
+		k, vs, ve, err2 := member(b, i, &p.kbuf)
 		if err2 != nil {
 			break
 		}
 		if s := string(k); s != "type" && s != "cache_control" {
-			h += xxh3.HashSeed(b[vs:ve], xxh3.Hash(k))
+			seed := xxh3.Hash(k)
+			if k == nil { // escaped, and longer than maxName
+				tmp, _, _ := appendString(dst, b, i)
+				seed = xxh3.Hash(tmp[len(dst):])
+			}
+			h += xxh3.HashSeed(b[vs:ve], seed)
 		}
 		i, more, err = nextMember(b, ve)
 	}
@@ -457,18 +470,23 @@ func (p *parser) membersDigest(i int) uint64 {
 }
 
 // digestItem renders a part or item of another type: GS type US 8 digest,
-// with the raw type as the label and the digest of the members of the
-// object at b[obj] as the payload.
-func (p *parser) digestItem(dst, typ []byte, obj int) []byte {
+// with the unescaped type typ (if it is a string) as the label and the
+// digest of the members of the object at b[obj] as the payload.
+func (p *parser) digestItem(dst []byte, typ span, obj int) ([]byte, error) {
 	p.inText = false
-	if len(dst) >= p.lim {
-		p.over += len(typ) + 14
-		return dst
-	}
 	dst = p.putByte(dst, sepPart)
-	dst = put(p, dst, typ)
+	if typ.ok() && p.b[typ.s] == '"' {
+		var err error
+		if dst, _, err = p.str(dst, typ.s); err != nil {
+			return dst, err
+		}
+	}
+	if len(dst) >= p.lim {
+		p.over += 13
+		return dst, nil
+	}
 	dst = put(p, dst, "\x1f\x08\x00\x00\x00") // US, length 8
-	return p.putDigest(dst, p.membersDigest(obj))
+	return p.putDigest(dst, p.membersDigest(dst, obj)), nil
 }
 
 // putDigest appends h, 8 bytes little-endian, as put does.
@@ -578,7 +596,7 @@ func (p *parser) toolCalls(dst []byte, i int) ([]byte, int, error) {
 		}
 		obj := i
 		var fn, typ span
-		var kbuf [32]byte
+		var kbuf nameBuf
 		i, more, err = firstMember(b, i)
 		for more && err == nil {
 			var k []byte
@@ -601,8 +619,8 @@ func (p *parser) toolCalls(dst []byte, i int) ([]byte, int, error) {
 			if dst, err = p.functionCall(dst, fn.s); err != nil {
 				return dst, 0, err
 			}
-		} else {
-			dst = p.digestItem(dst, stringContents(b, typ), obj)
+		} else if dst, err = p.digestItem(dst, typ, obj); err != nil {
+			return dst, 0, err
 		}
 		i, more, err = nextElement(b, i)
 	}
@@ -617,7 +635,7 @@ func (p *parser) functionCall(dst []byte, i int) ([]byte, error) {
 		return dst, shapeErr(i, "function call is not an object")
 	}
 	var name, args span
-	var kbuf [32]byte
+	var kbuf nameBuf
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
 		k, vs, ve, err2 := member(b, i, &kbuf)

@@ -44,10 +44,13 @@
 //
 // Strings are rendered unescaped (\n, \", \uXXXX with surrogate pairs are
 // decoded to UTF-8; a lone surrogate becomes U+FFFD), so one prompt
-// serialised with different escaping has one text. Other bytes, including
-// invalid UTF-8 and control bytes, are copied as they are: a prompt that
-// itself contains the control bytes above can render like a different
-// structure, which at worst routes it like that structure.
+// serialised with different escaping has one text. Object keys and the
+// values compared with names this package knows (part, item and tool call
+// types, roles) are compared unescaped too, as a JSON decoder sees them:
+// "te\u0078t" is a text part. Other bytes, including invalid UTF-8 and
+// control bytes, are copied as they are: a prompt that itself contains the
+// control bytes above can render like a different structure, which at
+// worst routes it like that structure.
 //
 // Chat-like dialects (openai_chat, anthropic_messages, openai_responses):
 //
@@ -84,10 +87,10 @@
 //     "tool_result", an Anthropic tool_result's content rendered as content
 //     (empty if it has none); of "thinking", the unescaped thinking text.
 //     A part of any other type (or of a known type in an unexpected shape)
-//     is labelled with its raw "type" and its payload is an 8-byte digest:
-//     the sum over its members other than "type" and "cache_control" of
-//     xxh3(raw value, seed xxh3(unescaped key)), independent of member
-//     order.
+//     is labelled with its unescaped "type" and its payload is an 8-byte
+//     digest: the sum over its members other than "type" and
+//     "cache_control" of xxh3(raw value, seed xxh3(unescaped key)),
+//     independent of member order.
 //   - OpenAI chat: role "tool" results are ordinary messages; assistant
 //     tool_calls follow the message's content as tool_call parts.
 //   - Responses: "input" as a string is one user message. Items: messages
@@ -123,7 +126,8 @@
 // Append returns errors matching [ErrNotJSON], [ErrSyntax] or
 // [ErrUnknownDialect]; they carry a byte offset, never body text. Append
 // validates what it renders (strings and their escapes, token ids, the
-// objects and arrays it reads) and, of values it skips, only what finding
+// objects and arrays it reads, their keys and the types it compares) and,
+// of values it skips, only what finding
 // their end needs: strings are terminated and brackets balance (and match
 // in kind to a depth of 64). Skipping is iterative, so nesting depth costs
 // no stack; a tool result nested in a tool result is digested, not

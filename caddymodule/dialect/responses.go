@@ -68,6 +68,8 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 	}
 	obj, is := i, p.pos(dst)
 	var typ, role, content, name, args, output span
+	var tbuf nameBuf
+	var t []byte // the last type, unescaped (nil if not a string)
 	var done, doneMsg, user, slow bool
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
@@ -94,7 +96,6 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 		if v != nil && v.ok() {
 			slow = true // a duplicate: the last one counts
 		}
-		t := stringContents(b, typ)
 		switch {
 		case v == &content && !done && !slow && role.ok() && b[role.s] == '"' && (!typ.ok() || string(t) == "message"):
 			if dst, user, err = p.header(dst, role.s); err == nil {
@@ -104,13 +105,18 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 		case v == &output && !done && !slow && string(t) == "function_call_output":
 			dst, ve, err = p.content(p.openMessage(dst, "tool"), vs)
 			done = true
+		case v == &typ && b[vs] == '"':
+			t, ve, err = readName(b, vs, &tbuf)
 		default:
+			if v == &typ {
+				t = nil
+			}
 			ve, err = skipValue(b, vs)
 		}
 		if v != nil {
 			*v = span{vs, ve}
 		}
-		if v == &typ && doneMsg && string(stringContents(b, typ)) != "message" {
+		if v == &typ && doneMsg && string(t) != "message" {
 			slow = true // rendered as a message, but it is not one
 		}
 		if err == nil {
@@ -121,7 +127,6 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 		return dst, 0, err
 	}
 	end := i
-	t := stringContents(b, typ)
 	if !done || slow {
 		dst, done, user = p.reset(dst, is), false, false
 	}
@@ -142,7 +147,7 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 			dst, _, err = p.content(dst, output.s)
 		}
 	default:
-		dst = p.digestItem(dst, t, obj)
+		dst, err = p.digestItem(dst, typ, obj)
 	}
 	if err != nil {
 		return dst, 0, err

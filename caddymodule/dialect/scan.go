@@ -493,31 +493,63 @@ func nextElement(b []byte, i int) (int, bool, error) {
 	return 0, false, syntaxErr(i, "expected ',' or ']' in array")
 }
 
-// readKey reads the object key whose quote is at b[i] and the colon after
-// it. It returns the key's raw bytes (between the quotes) and the offset of
-// the value. Keys containing escapes are unescaped into kbuf; a longer one
-// is returned as nil (no key this package knows is that long).
-func readKey(b []byte, i int, kbuf *[32]byte) (key []byte, vs int, err error) {
-	// Keys are short and rarely escaped: one plain loop finds the end.
+// maxName is the longest name readName unescapes in full: longer than
+// every key and type this package compares with.
+const maxName = 32
+
+// nameBuf holds a name unescaped by readName: maxName bytes and the 3 an
+// escape may write past them.
+type nameBuf [maxName + 4]byte
+
+// readName reads a string that is compared with names this package knows
+// (an object key, a part or item type) and returns its contents
+// unescaped, as a JSON decoder sees them, and the offset after it. A name
+// without escapes (nearly all) is returned as b's own bytes, whatever its
+// length; one with escapes is unescaped into buf, or returned as nil if
+// its unescaped length exceeds maxName (it equals no known name). Its
+// errors are appendString's: escapes are validated to the end.
+func readName(b []byte, i int, buf *nameBuf) (name []byte, end int, err error) {
+	// Names are short and rarely escaped: a byte loop finds the end of
+	// most, and a longer one is searched for as skipString does.
 	j := i + 1
-	for j < len(b) && b[j] != '"' && b[j] != '\\' {
-		j++
-	}
-	if j >= len(b) {
-		return nil, 0, syntaxErr(i, "unterminated string")
-	}
-	ke := j + 1
-	key = b[i+1 : j]
-	if b[j] == '\\' {
-		// Rare: a key written with escapes ("\u006dodel").
-		if key, ke, err = appendString(kbuf[:0], b, i); err != nil {
-			return nil, 0, err
-		}
-		if len(key) > len(kbuf) {
-			key = nil
+	for ; j < len(b) && j <= i+shortString; j++ {
+		if c := b[j]; c == '"' {
+			return b[i+1 : j], j + 1, nil
+		} else if c == '\\' {
+			break
 		}
 	}
-	j = skipWS(b, ke)
+	if j < len(b) && b[j] != '\\' {
+		if q := bytes.IndexByte(b[j:], '"'); q >= 0 {
+			if q += j; bytes.IndexByte(b[j:q], '\\') < 0 {
+				return b[i+1 : q], q + 1, nil
+			}
+		}
+	}
+	// Rare: escapes ("\u0074ype"), or no closing quote (appendStringMax
+	// reports it). Past maxName, countString validates the rest.
+	name, r, more, err := appendStringMax(buf[:0], b, i, maxName+1)
+	if err != nil {
+		return nil, 0, err
+	}
+	if more {
+		end, _, err = countString(b, i, r)
+		return nil, end, err
+	}
+	if len(name) > maxName {
+		name = nil // it ended exactly at the limit
+	}
+	return name, r, nil
+}
+
+// readKey reads the object key whose quote is at b[i] (see readName) and
+// the colon after it. It returns the key and the offset of the value.
+func readKey(b []byte, i int, kbuf *nameBuf) (key []byte, vs int, err error) {
+	key, j, err := readName(b, i, kbuf)
+	if err != nil {
+		return nil, 0, err
+	}
+	j = skipWS(b, j)
 	if j >= len(b) || b[j] != ':' {
 		return nil, 0, syntaxErr(j, "expected ':' after object key")
 	}
@@ -531,7 +563,7 @@ func readKey(b []byte, i int, kbuf *[32]byte) (key []byte, vs int, err error) {
 // member reads one object member whose key starts with the quote at b[i]
 // and skips its value. It returns the key (see readKey) and the value's
 // span b[vs:ve].
-func member(b []byte, i int, kbuf *[32]byte) (key []byte, vs, ve int, err error) {
+func member(b []byte, i int, kbuf *nameBuf) (key []byte, vs, ve int, err error) {
 	if key, vs, err = readKey(b, i, kbuf); err != nil {
 		return nil, 0, 0, err
 	}

@@ -18,7 +18,7 @@ type parser struct {
 	// start is where the section being rendered begins in dst.
 	start int
 	// kbuf unescapes the rare object key written with escapes.
-	kbuf [32]byte
+	kbuf nameBuf
 
 	// limit is how many bytes of text to render (maxInt: all of it). Each
 	// section is rendered into dst up to lim = start + limit (see put);
