@@ -31,8 +31,8 @@ func fill(head, unit, sep, tail string, size int) []byte {
 	return []byte(sb.String())
 }
 
-// members returns n object members "k":0 joined by commas.
-func members(n int) string {
+// manyMembers returns n object members "k":0 joined by commas.
+func manyMembers(n int) string {
 	return strings.TrimSuffix(strings.Repeat(`"k":0,`, n), ",")
 }
 
@@ -56,22 +56,22 @@ var adversarialShapes = []struct {
 
 	// Objects whose members are examined one by one.
 	{"image_source_members", func(n int) []byte {
-		return fill(partsHead, `{"type":"image","source":{`+members(1000)+`}}`, ",", partsTail, n)
+		return fill(partsHead, `{"type":"image","source":{`+manyMembers(1000)+`}}`, ",", partsTail, n)
 	}},
 	{"image_url_members", func(n int) []byte {
-		return fill(partsHead, `{"type":"image_url","image_url":{`+members(1000)+`}}`, ",", partsTail, n)
+		return fill(partsHead, `{"type":"image_url","image_url":{`+manyMembers(1000)+`}}`, ",", partsTail, n)
 	}},
 	{"unknown_part_members", func(n int) []byte {
-		return fill(partsHead, `{"type":"x",`+members(1000)+`}`, ",", partsTail, n)
+		return fill(partsHead, `{"type":"x",`+manyMembers(1000)+`}`, ",", partsTail, n)
 	}},
 	{"text_part_members", func(n int) []byte {
-		return fill(partsHead, `{"type":"text","text":"",`+members(1000)+`}`, ",", partsTail, n)
+		return fill(partsHead, `{"type":"text","text":"",`+manyMembers(1000)+`}`, ",", partsTail, n)
 	}},
 	{"message_members", func(n int) []byte {
-		return fill(`{"model":"m","messages":[`, `{"role":"user","content":"",`+members(1000)+`}`, ",", `]}`, n)
+		return fill(`{"model":"m","messages":[`, `{"role":"user","content":"",`+manyMembers(1000)+`}`, ",", `]}`, n)
 	}},
 	{"item_members", func(n int) []byte {
-		return fill(`{"model":"m","input":[`, `{"type":"x",`+members(1000)+`}`, ",", `]}`, n)
+		return fill(`{"model":"m","input":[`, `{"type":"x",`+manyMembers(1000)+`}`, ",", `]}`, n)
 	}},
 	{"top_members", func(n int) []byte { return fill(topHead, `"k":0`, ",", `,"prompt":"x"}`, n) }},
 

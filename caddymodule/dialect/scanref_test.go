@@ -110,6 +110,26 @@ func checkAppendString(t *testing.T, b []byte, i int) {
 	}
 }
 
+// checkSkipString checks that skipString agrees with appendString on where
+// the string at b[i] ends: where appendString renders it, skipString finds
+// the same end; where appendString finds no end ("unterminated string"),
+// neither does skipString; and skipString rejects only strings that
+// appendString rejects. (skipString does not validate escapes, so it may
+// find an end where appendString rejects an escape, or no end where
+// appendString stops at an invalid escape first.)
+func checkSkipString(t *testing.T, b []byte, i int) {
+	t.Helper()
+	_, wantEnd, wantErr := appendString(nil, b, i)
+	end, err := skipString(b, i)
+	unterminated := func(err error) bool { return err != nil && strings.HasSuffix(err.Error(), "unterminated string") }
+	switch {
+	case wantErr == nil && (err != nil || end != wantEnd),
+		unterminated(wantErr) && fmt.Sprint(err) != fmt.Sprint(wantErr),
+		err != nil && wantErr == nil:
+		t.Fatalf("skipString(%q, %d) = %d, %v; appendString ends at %d, %v", b, i, end, err, wantEnd, wantErr)
+	}
+}
+
 // checkReadName compares readName with appendString on the string at
 // b[i]: the same end and error, and the same contents unless they are
 // escaped and longer than maxName (then nil).
@@ -143,6 +163,8 @@ func TestAppendStringMatchesReference(t *testing.T) {
 		checkAppendString(t, s, 0)
 		checkAppendString(t, append([]byte("xx"), s...), 2)
 		checkReadName(t, s, 0)
+		checkSkipString(t, s, 0)
+		checkSkipString(t, append([]byte("xx"), s...), 2)
 	}
 	// Names around maxName, with an escape of each width anywhere in them.
 	for n := maxName - 4; n <= maxName+4; n++ {
@@ -158,7 +180,8 @@ func TestAppendStringMatchesReference(t *testing.T) {
 }
 
 // FuzzAppendString checks that appendString renders every string, and
-// rejects every invalid one, exactly as appendStringRef does.
+// rejects every invalid one, exactly as appendStringRef does, and that
+// readName and skipString agree with it.
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{`"plain"`, `"a\"b\\c\/d\be\ff\ng\rh\ti"`, `"\ud83d\ude00x"`, `"\ud83d\u0041"`, `"\x"`, `"\u12"`, `"a\"b`, `"` + "\xff" + `"`} {
 		f.Add([]byte(s))
@@ -169,5 +192,6 @@ func FuzzAppendString(f *testing.F) {
 		}
 		checkAppendString(t, b, 0)
 		checkReadName(t, b, 0)
+		checkSkipString(t, b, 0)
 	})
 }

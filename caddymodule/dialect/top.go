@@ -153,60 +153,53 @@ func (p *parser) top(dst []byte) ([]byte, Request, error) {
 
 	start := len(dst)
 	var secs [numSections]section
-	i, more, err := firstMember(b, i)
-	if err != nil {
-		return dst, req, err
-	}
-	for more {
-		key, vs, err := readKey(b, i, &p.kbuf)
-		if err != nil {
-			return dst, req, err
-		}
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		vs := m.vs
 		sec := -1
-		switch string(key) {
-		case "messages":
+		switch m.k {
+		case fMessages:
 			sec = secMessages
-		case "system":
+		case fSystem:
 			sec = secSystem
 			p.anthropic = true
-		case "tools":
+		case fTools:
 			sec = secTools
-		case "input":
+		case fInput:
 			sec = secInput
-		case "instructions":
+		case fInstructions:
 			sec = secInstructions
-		case "prompt":
+		case fPrompt:
 			sec = secPrompt
-		case "text":
+		case fText:
 			if b[vs] == '"' || b[vs] == '[' { // not the Responses "text" options object
 				sec = secText
 			}
-		case "input_ids":
+		case fInputIDs:
 			if b[vs] != 'n' {
 				sec = secInputIDs
 			}
-		case "anthropic_version", "stop_sequences":
+		case fAnthropicVersion, fStopSequences:
 			p.anthropic = true
+		case fModel:
+			m.ve, err = skipValue(b, vs)
+			req.Model = stringContents(b, span{vs, m.ve})
+			continue
+		case fCacheSalt:
+			m.ve, err = skipValue(b, vs)
+			req.CacheSalt = stringContents(b, span{vs, m.ve})
+			continue
 		}
-		var ve int
 		if sec >= 0 {
-			dst, ve, err = p.section(dst, sec, vs, &secs[sec])
+			dst, m.ve, err = p.section(dst, sec, vs, &secs[sec])
 		} else {
-			ve, err = skipValue(b, vs)
-			switch string(key) {
-			case "model":
-				req.Model = stringContents(b, span{vs, ve})
-			case "cache_salt":
-				req.CacheSalt = stringContents(b, span{vs, ve})
-			}
-		}
-		if err != nil {
-			return dst, req, err
-		}
-		if i, more, err = nextMember(b, ve); err != nil {
-			return dst, req, err
+			m.ve, err = skipValue(b, vs)
 		}
 	}
+	if err != nil {
+		return dst, req, err
+	}
+	i = m.i
 	if j := skipWS(b, i); j < len(b) {
 		return dst, req, syntaxErr(j, "data after top-level object")
 	}
