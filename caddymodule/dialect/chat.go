@@ -35,8 +35,14 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 		if b[j] == ']' {
 			return dst, end, nil
 		}
-		if b[j] == '{' && p.hasKey(j, fInputSchema) {
-			p.anthropic = true // Anthropic tool definitions
+		if b[j] == '{' {
+			has, err := p.hasKey(j, fInputSchema)
+			if err != nil {
+				return dst, 0, err
+			}
+			if has {
+				p.anthropic = true // Anthropic tool definitions
+			}
 		}
 	}
 	dst = put(p, dst, "\x1ctools\x1f") // FS "tools" US
@@ -44,15 +50,18 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 }
 
 // hasKey reports whether the object at b[i], already skipped once, has a
-// member named key.
-func (p *parser) hasKey(i int, key field) bool {
+// member named key. Its only error is errCut.
+func (p *parser) hasKey(i int, key field) (bool, error) {
 	m, err := p.members(i)
 	for ; err == nil && m.more; err = m.next(p, err) {
-		if m.ve, err = skipValue(p.b, m.vs); err == nil && m.k == key {
-			return true
+		if m.ve, err = p.skip(m.vs); err == nil && m.k == key {
+			return true, nil
 		}
 	}
-	return false
+	if err == errCut {
+		return false, err
+	}
+	return false, nil
 }
 
 // messages renders the messages array at b[i].
@@ -112,7 +121,7 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 			dst, m.ve, err = p.toolCalls(dst, m.vs)
 			callsDone = true
 		default:
-			m.ve, err = skipValue(b, m.vs)
+			m.ve, err = p.skip(m.vs)
 		}
 		f.at[k] = span{m.vs, m.ve}
 	}
@@ -120,6 +129,9 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 		return dst, 0, err
 	}
 	if f.redo {
+		if err = p.redo(m.i - i); err != nil {
+			return dst, 0, err
+		}
 		dst = p.reset(dst, ms)
 		header, contentDone, callsDone = false, false, false
 	}
@@ -218,7 +230,7 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 			dst, m.ve, err = p.thinking(dst, m.vs)
 			done = true
 		default:
-			m.ve, err = skipValue(b, m.vs)
+			m.ve, err = p.skip(m.vs)
 		}
 		f.at[k] = span{m.vs, m.ve}
 	}
@@ -229,6 +241,11 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	if done && !f.redo {
 		return dst, end, nil
 	}
+	if f.redo {
+		if err = p.redo(end - obj); err != nil {
+			return dst, 0, err
+		}
+	}
 	dst, p.inText = p.reset(dst, ps), inText
 	switch t {
 	case tText:
@@ -237,24 +254,24 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 			return dst, end, err
 		}
 	case tImageURL: // OpenAI chat: {"url": "..."} or, from some clients, the URL itself
-		if v := p.field(f.at[fImageURL], fURL); v.ok() {
-			return p.digestPart(dst, "image", v, end)
+		if v, err := p.field(f.at[fImageURL], fURL); err != nil || v.ok() {
+			return p.digestPart(dst, "image", v, end, err)
 		}
 	case tInputImage: // OpenAI Responses
 		if v := f.at[fImageURL]; v.ok() && b[v.s] == '"' {
-			return p.digestPart(dst, "image", v, end)
+			return p.digestPart(dst, "image", v, end, nil)
 		}
 		if v := f.at[fFileID]; v.ok() && b[v.s] == '"' {
-			return p.digestPart(dst, "image", v, end)
+			return p.digestPart(dst, "image", v, end, nil)
 		}
 	case tImage: // Anthropic: {"source": {"type": "base64", "data": ...} | {"url": ...} | {"file_id": ...}}
 		p.anthropic = true
-		if v := p.field(f.at[fSource], fData, fURL, fFileID); v.ok() {
-			return p.digestPart(dst, "image", v, end)
+		if v, err := p.field(f.at[fSource], fData, fURL, fFileID); err != nil || v.ok() {
+			return p.digestPart(dst, "image", v, end, err)
 		}
 	case tInputAudio: // OpenAI chat: {"data": base64, "format": "wav"}
-		if v := p.field(f.at[fInputAudio], fData); v.ok() {
-			return p.digestPart(dst, "audio", v, end)
+		if v, err := p.field(f.at[fInputAudio], fData); err != nil || v.ok() {
+			return p.digestPart(dst, "audio", v, end, err)
 		}
 	case tToolUse: // Anthropic
 		p.anthropic = true
@@ -289,19 +306,19 @@ func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 // field returns v if it is a string, or, if v is an object, the span of
 // its first string member named by the first of keys that names one; the
 // zero span otherwise. It reads the object once, whatever the number of
-// keys (at most 3).
-func (p *parser) field(v span, keys ...field) span {
+// keys (at most 3). Its only error is errCut.
+func (p *parser) field(v span, keys ...field) (span, error) {
 	b := p.b
 	if !v.ok() || b[v.s] != '{' {
 		if v.ok() && b[v.s] == '"' {
-			return v
+			return v, nil
 		}
-		return span{}
+		return span{}, nil
 	}
 	var found [3]span
 	m, err := p.members(v.s)
 	for ; err == nil && m.more; err = m.next(p, err) {
-		if m.ve, err = skipValue(b, m.vs); err != nil || b[m.vs] != '"' {
+		if m.ve, err = p.skip(m.vs); err != nil || b[m.vs] != '"' {
 			continue
 		}
 		for j, k := range keys {
@@ -310,22 +327,29 @@ func (p *parser) field(v span, keys ...field) span {
 			}
 		}
 		if found[0].ok() {
-			return found[0]
+			return found[0], nil
 		}
 	}
-	// An error ends the search, as the end of the object does: the spans
-	// found before it count.
+	if err == errCut {
+		return span{}, err
+	}
+	// Another error ends the search, as the end of the object does: the
+	// spans found before it count.
 	for j := range keys {
 		if found[j].ok() {
-			return found[j]
+			return found[j], nil
 		}
 	}
-	return span{}
+	return span{}, nil
 }
 
 // digestPart renders a part whose payload is the digest of the unescaped
-// string v (an image URL, base64 data or a file id).
-func (p *parser) digestPart(dst []byte, label string, v span, end int) ([]byte, int, error) {
+// string v (an image URL, base64 data or a file id), unless err (finding
+// v's) is set: then it returns err.
+func (p *parser) digestPart(dst []byte, label string, v span, end int, err error) ([]byte, int, error) {
+	if err != nil {
+		return dst, 0, err
+	}
 	dst, h, err := p.stringDigest(dst, v)
 	if err != nil {
 		return dst, 0, err

@@ -78,12 +78,17 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 			dst, m.ve, err = p.content(p.openMessage(dst, "tool"), m.vs)
 			done = true
 		default:
-			m.ve, err = skipValue(b, m.vs)
+			m.ve, err = p.skip(m.vs)
 		}
 		f.at[k] = span{m.vs, m.ve}
 	}
 	if err != nil {
 		return dst, 0, err
+	}
+	if f.redo {
+		if err = p.redo(m.i - obj); err != nil {
+			return dst, 0, err
+		}
 	}
 	if !done || f.redo {
 		dst, done, user = p.reset(dst, is), false, false

@@ -57,20 +57,29 @@ const shortString = 16
 // quote at b[i]. Escapes are not validated here; rendered strings are
 // validated by appendString.
 func skipString(b []byte, i int) (int, error) {
+	end, _, err := skipStringWork(b, i)
+	return end, err
+}
+
+// skipStringWork is skipString that also returns its work (see
+// skipWork): one for each search for a quote, and one for each backslash
+// before a quote that it counts.
+func skipStringWork(b []byte, i int) (end, work int, err error) {
 	// Most strings skipped are short (keys, roles, types): a plain loop
 	// beats the call overhead of IndexByte for them.
 	for j := i + 1; j < len(b) && j <= i+shortString; j++ {
 		if c := b[j]; c == '"' {
-			return j + 1, nil
+			return j + 1, 1, nil
 		} else if c == '\\' {
 			break
 		}
 	}
 	j := i + 1
 	for {
+		work++
 		q := bytes.IndexByte(b[j:], '"')
 		if q < 0 {
-			return 0, syntaxErr(i, "unterminated string")
+			return 0, 0, syntaxErr(i, "unterminated string")
 		}
 		q += j
 		// The quote is escaped if an odd number of backslashes precede it.
@@ -78,8 +87,8 @@ func skipString(b []byte, i int) (int, error) {
 		for k > i && b[k] == '\\' {
 			k--
 		}
-		if (q-1-k)%2 == 0 {
-			return q + 1, nil
+		if work += q - 1 - k; (q-1-k)%2 == 0 {
+			return q + 1, work, nil
 		}
 		j = q + 1
 	}
@@ -331,32 +340,44 @@ func hasEscape(b []byte, s, e int) bool {
 // inside skipped containers: Append validates what it renders, and the
 // engine validates the rest.
 func skipValue(b []byte, i int) (int, error) {
+	end, _, err := skipWork(b, i)
+	return end, err
+}
+
+// skipWork is skipValue that also returns the work it did, in bytes
+// examined one at a time: a container's bytes outside strings, a scalar's
+// bytes, and a string's searches for its end (see skipStringWork), so
+// that a value skipped again and again can be charged for it (see
+// parser.skip).
+func skipWork(b []byte, i int) (end, work int, err error) {
 	if i >= len(b) {
-		return 0, syntaxErr(i, "unexpected end of input")
+		return 0, 0, syntaxErr(i, "unexpected end of input")
 	}
 	switch b[i] {
 	case '"':
-		return skipString(b, i)
+		return skipStringWork(b, i)
 	case '{', '[':
 		return skipContainer(b, i)
 	default:
-		return skipScalar(b, i)
+		end, err = skipScalar(b, i)
+		return end, end - i, err
 	}
 }
 
-// skipContainer skips the object or array that starts at b[i].
-func skipContainer(b []byte, i int) (int, error) {
+// skipContainer skips the object or array that starts at b[i] and
+// returns its work (see skipWork).
+func skipContainer(b []byte, i int) (end, work int, err error) {
 	start := i
 	var kinds uint64 // bit d set: level d is an object (levels < 64)
 	depth := 0
 	for i < len(b) {
 		switch b[i] {
 		case '"':
-			j, err := skipString(b, i)
+			j, w, err := skipStringWork(b, i)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			i = j
+			i, work = j, work+w
 			continue
 		case '{':
 			if depth < 64 {
@@ -371,15 +392,16 @@ func skipContainer(b []byte, i int) (int, error) {
 		case '}', ']':
 			depth--
 			if depth < 64 && (kinds>>depth&1 == 1) != (b[i] == '}') {
-				return 0, syntaxErr(i, "mismatched bracket")
+				return 0, 0, syntaxErr(i, "mismatched bracket")
 			}
 			if depth == 0 {
-				return i + 1, nil
+				return i + 1, work + 1, nil
 			}
 		}
 		i++
+		work++
 	}
-	return 0, syntaxErr(start, "unterminated container")
+	return 0, 0, syntaxErr(start, "unterminated container")
 }
 
 // skipScalar skips a number or a literal (true, false, null) at b[i].

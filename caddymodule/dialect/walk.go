@@ -1,9 +1,65 @@
 package dialect
 
+import "errors"
+
 // This file is how the renderers walk the objects and arrays they read:
 // one loop shape for every object (members) and every array (elements),
-// and one record of the members a message, part, item or tool call
-// renders (fields).
+// which spends the section's budget, and one record of the members a
+// message, part, item or tool call renders (fields).
+
+// The budget bounds what a crafted body can cost (see "Budget" in the
+// package doc): each group of sections may read sectionBudget members and
+// elements in all; a value skipped costs one more per skipBytes bytes
+// examined one at a time (skipWork), and an object rendered again from
+// its spans (it has a duplicate member) one more per redoBytes of it. The
+// top-level object may have topMembers members.
+const (
+	sectionBudget = 1 << 16
+	redoBytes     = 16
+	skipBytes     = 16
+	topMembers    = 1 << 12
+)
+
+// errCut is what the walks return once the budget is spent. section
+// handles it (the section's text ends there), and top (too many
+// top-level members); it never leaves the package.
+var errCut = errors.New("dialect: budget spent")
+
+// spend takes one unit of the budget, or returns errCut.
+func (p *parser) spend() error {
+	if p.units == 0 {
+		return errCut
+	}
+	p.units--
+	return nil
+}
+
+// skip is skipValue for the renderers: it spends the budget for the work
+// of skipping (see skipWork), or returns errCut.
+func (p *parser) skip(i int) (int, error) {
+	end, work, err := skipWork(p.b, i)
+	if err != nil {
+		return 0, err
+	}
+	if c := work / skipBytes; c > p.units {
+		p.units = 0
+		return 0, errCut
+	} else {
+		p.units -= c
+	}
+	return end, nil
+}
+
+// redo spends the budget for rendering again, from its spans, an object
+// of n bytes, or returns errCut.
+func (p *parser) redo(n int) error {
+	if c := 1 + n/redoBytes; c <= p.units {
+		p.units -= c
+		return nil
+	}
+	p.units = 0
+	return errCut
+}
 
 // members is the state of a loop over an object's members.
 type members struct {
@@ -24,9 +80,7 @@ type members struct {
 //	// err is the first error; else m.i is the offset after the object
 func (p *parser) members(i int) (m members, err error) {
 	if m.i, m.more, err = firstMember(p.b, i); err == nil && m.more {
-		var key []byte
-		key, m.vs, err = readKey(p.b, m.i, &p.kbuf)
-		m.k = fieldOf(key)
+		err = m.key(p)
 	}
 	return m, err
 }
@@ -40,9 +94,17 @@ func (m *members) next(p *parser, err error) error {
 	if m.i, m.more, err = nextMember(p.b, m.ve); err != nil || !m.more {
 		return err
 	}
-	var key []byte
-	key, m.vs, err = readKey(p.b, m.i, &p.kbuf)
-	m.k = fieldOf(key)
+	return m.key(p)
+}
+
+// key spends a unit and reads the key at m.i.
+func (m *members) key(p *parser) error {
+	if p.units == 0 {
+		return errCut
+	}
+	p.units--
+	key, vs, err := readKey(p.b, m.i, &p.kbuf)
+	m.k, m.vs = fieldOf(key), vs
 	return err
 }
 
@@ -62,7 +124,9 @@ type elements struct {
 //		e.ve, err = skipValue(p.b, e.i)
 //	}
 func (p *parser) elements(i int) (e elements, err error) {
-	e.i, e.more, err = firstElement(p.b, i)
+	if e.i, e.more, err = firstElement(p.b, i); err == nil && e.more {
+		err = p.spend()
+	}
 	return e, err
 }
 
@@ -71,7 +135,9 @@ func (e *elements) next(p *parser, err error) error {
 	if err != nil {
 		return err
 	}
-	e.i, e.more, err = nextElement(p.b, e.ve)
+	if e.i, e.more, err = nextElement(p.b, e.ve); err == nil && e.more {
+		err = p.spend()
+	}
 	return err
 }
 
@@ -208,7 +274,7 @@ func (p *parser) spans(i int, f *fields) (int, error) {
 	m, err := p.members(i)
 	for ; err == nil && m.more; err = m.next(p, err) {
 		k := f.of(m.k)
-		m.ve, err = skipValue(p.b, m.vs)
+		m.ve, err = p.skip(m.vs)
 		f.at[k] = span{m.vs, m.ve}
 	}
 	return m.i, err
@@ -268,7 +334,7 @@ func typeOf(name []byte) partType {
 // and the offset after it.
 func (p *parser) typeAt(i int) (partType, int, error) {
 	if p.b[i] != '"' {
-		end, err := skipValue(p.b, i)
+		end, err := p.skip(i)
 		return tOther, end, err
 	}
 	name, end, err := readName(p.b, i, &p.kbuf)
