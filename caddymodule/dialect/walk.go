@@ -79,9 +79,15 @@ type members struct {
 //	}
 //	// err is the first error; else m.i is the offset after the object
 func (p *parser) members(i int) (m members, err error) {
-	if m.i, m.more, err = firstMember(p.b, i); err == nil && m.more {
-		err = m.key(p)
+	if m.i, m.more, err = firstMember(p.b, i); err != nil || !m.more {
+		return m, err
 	}
+	if p.units == 0 {
+		return m, errCut
+	}
+	p.units--
+	key, vs, err := readKey(p.b, m.i, &p.kbuf)
+	m.k, m.vs = fieldOf(key), vs
 	return m, err
 }
 
@@ -94,11 +100,7 @@ func (m *members) next(p *parser, err error) error {
 	if m.i, m.more, err = nextMember(p.b, m.ve); err != nil || !m.more {
 		return err
 	}
-	return m.key(p)
-}
-
-// key spends a unit and reads the key at m.i.
-func (m *members) key(p *parser) error {
+	// As in members: a unit, then the key (repeated to save a call).
 	if p.units == 0 {
 		return errCut
 	}
@@ -136,7 +138,10 @@ func (e *elements) next(p *parser, err error) error {
 		return err
 	}
 	if e.i, e.more, err = nextElement(p.b, e.ve); err == nil && e.more {
-		err = p.spend()
+		if p.units == 0 {
+			return errCut
+		}
+		p.units--
 	}
 	return err
 }
