@@ -75,9 +75,12 @@ func (p *parser) tokens(dst []byte, i int) ([]byte, int, error) {
 			}
 			j, v = end, uint64(id)
 		}
-		if len(dst) < p.lim-3 {
+		switch {
+		case len(dst) < p.lim-3:
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
-		} else {
+		case len(dst) >= p.lim:
+			p.over += 4 // past the limit: only counted
+		default:
 			dst = p.putID(dst, uint32(v))
 		}
 		if j+1 < len(b) && b[j] == ',' && b[j+1]-'0' <= 9 {
