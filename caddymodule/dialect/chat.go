@@ -384,6 +384,12 @@ func (p *parser) stringDigest(dst []byte, v span) ([]byte, uint64, error) {
 // xxh3(raw value) seeded by xxh3(unescaped key). A key too long for
 // readName to unescape is unescaped into dst's spare room (dst's length
 // is unchanged).
+//
+// It is the one member loop outside the walks (walk.go), which it cannot
+// use: it needs the keys' bytes, not their field, and must not spend the
+// budget, since only a rendering below the limit computes digests and
+// Append and AppendLimit must spend alike (the renderer that read the
+// object has spent a unit for each member already).
 func (p *parser) membersDigest(dst []byte, i int) uint64 {
 	b := p.b
 	var h uint64

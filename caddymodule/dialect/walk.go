@@ -41,12 +41,12 @@ func (p *parser) skip(i int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if c := work / skipBytes; c > p.units {
+	c := work / skipBytes
+	if c > p.units {
 		p.units = 0
 		return 0, errCut
-	} else {
-		p.units -= c
 	}
+	p.units -= c
 	return end, nil
 }
 
@@ -75,7 +75,7 @@ type members struct {
 //
 //	m, err := p.members(i)
 //	for ; err == nil && m.more; err = m.next(p, err) {
-//		m.ve, err = skipValue(p.b, m.vs)
+//		m.ve, err = p.skip(m.vs)
 //	}
 //	// err is the first error; else m.i is the offset after the object
 func (p *parser) members(i int) (m members, err error) {
@@ -123,7 +123,7 @@ type elements struct {
 //
 //	e, err := p.elements(i)
 //	for ; err == nil && e.more; err = e.next(p, err) {
-//		e.ve, err = skipValue(p.b, e.i)
+//		e.ve, err = p.skip(e.i)
 //	}
 func (p *parser) elements(i int) (e elements, err error) {
 	if e.i, e.more, err = firstElement(p.b, i); err == nil && e.more {
