@@ -253,7 +253,8 @@ func BenchmarkAppendChat(b *testing.B) {
 
 // BenchmarkAppendString renders one 16 KiB string without escapes and one
 // with an escape every 32 bytes, with appendString and with the
-// IndexByte-based appendStringRef it replaced.
+// IndexByte-based appendStringRef it replaced, and measures (countString)
+// and skips (skipString) them.
 func BenchmarkAppendString(b *testing.B) {
 	buf := make([]byte, 0, 32<<10)
 	for _, c := range []struct{ name, unit string }{
@@ -264,7 +265,7 @@ func BenchmarkAppendString(b *testing.B) {
 		for _, f := range []struct {
 			name string
 			fn   func(dst, b []byte, i int) ([]byte, int, error)
-		}{{"scan", appendString}, {"ref", appendStringRef}, {"count", countOnly}} {
+		}{{"scan", appendString}, {"ref", appendStringRef}, {"count", countOnly}, {"skip", skipOnly}} {
 			b.Run(c.name+"/"+f.name, func(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				clk := cputime.Start()
@@ -277,6 +278,13 @@ func BenchmarkAppendString(b *testing.B) {
 			})
 		}
 	}
+}
+
+// skipOnly is skipString with appendString's signature: what a string
+// that does not enter the text costs.
+func skipOnly(dst, b []byte, i int) ([]byte, int, error) {
+	end, err := skipString(b, i)
+	return dst, end, err
 }
 
 // countOnly is countString with appendString's signature: what a string

@@ -35,8 +35,14 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 		if b[j] == ']' {
 			return dst, end, nil
 		}
-		if b[j] == '{' && hasKey(b, j, "input_schema") {
-			p.anthropic = true // Anthropic tool definitions
+		if b[j] == '{' {
+			has, err := p.hasKey(j, fInputSchema)
+			if err != nil {
+				return dst, 0, err
+			}
+			if has {
+				p.anthropic = true // Anthropic tool definitions
+			}
 		}
 	}
 	dst = put(p, dst, "\x1ctools\x1f") // FS "tools" US
@@ -44,36 +50,30 @@ func (p *parser) tools(dst []byte, i int) ([]byte, int, error) {
 }
 
 // hasKey reports whether the object at b[i], already skipped once, has a
-// member named key.
-func hasKey(b []byte, i int, key string) bool {
-	var kbuf [32]byte
-	i, more, err := firstMember(b, i)
-	for more && err == nil {
-		k, _, ve, err2 := member(b, i, &kbuf)
-		if err2 != nil {
-			return false
+// member named key. Its only error is errCut.
+func (p *parser) hasKey(i int, key field) (bool, error) {
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		if m.ve, err = p.skip(m.vs); err == nil && m.k == key {
+			return true, nil
 		}
-		if string(k) == key {
-			return true
-		}
-		i, more, err = nextMember(b, ve)
 	}
-	return false
+	if err == errCut {
+		return false, err
+	}
+	return false, nil
 }
 
 // messages renders the messages array at b[i].
 func (p *parser) messages(dst []byte, i int) ([]byte, int, error) {
-	b := p.b
-	if b[i] != '[' {
+	if p.b[i] != '[' {
 		return dst, 0, shapeErr(i, "messages is not an array")
 	}
-	i, more, err := firstElement(b, i)
-	for more && err == nil {
-		if dst, i, err = p.message(dst, i); err == nil {
-			i, more, err = nextElement(b, i)
-		}
+	e, err := p.elements(i)
+	for ; err == nil && e.more; err = e.next(p, err) {
+		dst, e.ve, err = p.message(dst, e.i)
 	}
-	return dst, i, err
+	return dst, e.i, err
 }
 
 // openMessage starts a message: RS role US.
@@ -84,17 +84,17 @@ func (p *parser) openMessage(dst []byte, role string) []byte {
 	return p.putByte(dst, sepUnit)
 }
 
-// header renders RS role US for the role string at b[i] and reports
-// whether the role is "user".
-func (p *parser) header(dst []byte, i int) ([]byte, bool, error) {
+// header renders RS role US for the role string at b[i], reports whether
+// the role is "user" and returns the offset after the role.
+func (p *parser) header(dst []byte, i int) ([]byte, bool, int, error) {
 	dst = p.putByte(dst, sepRole)
 	rs := len(dst)
-	dst, _, err := p.str(dst, i)
+	dst, end, err := p.str(dst, i)
 	// Past the limit the role is not all rendered, so this may be wrong,
 	// but the placement key ending there is clamped to the limit anyway.
 	user := string(dst[rs:]) == "user"
 	p.inText = false
-	return p.putByte(dst, sepUnit), user, err
+	return p.putByte(dst, sepUnit), user, end, err
 }
 
 // message renders the chat or Anthropic message object at b[i]: header,
@@ -105,87 +105,63 @@ func (p *parser) message(dst []byte, i int) ([]byte, int, error) {
 		return dst, 0, shapeErr(i, "message is not an object")
 	}
 	ms := p.pos(dst)
-	var role, content, toolCalls, functionCall span
-	var header, user, contentDone, callsDone, slow bool
-	i, more, err := firstMember(b, i)
-	for more && err == nil {
-		var key []byte
-		var vs, ve int
-		if key, vs, err = readKey(b, i, &p.kbuf); err != nil {
-			return dst, 0, err
-		}
-		switch string(key) {
-		case "role":
-			slow = slow || role.ok()
-			if ve, err = skipValue(b, vs); err == nil && !slow && !header && b[vs] == '"' {
-				dst, user, err = p.header(dst, vs)
-				header = true
-			}
-			role = span{vs, ve}
-		case "content":
-			slow = slow || content.ok()
-			if !slow && header && !contentDone {
-				dst, ve, err = p.content(dst, vs)
-				contentDone = true
-			} else {
-				ve, err = skipValue(b, vs)
-			}
-			content = span{vs, ve}
-		case "tool_calls":
-			slow = slow || toolCalls.ok()
-			if !slow && contentDone && !callsDone {
-				dst, ve, err = p.toolCalls(dst, vs)
-				callsDone = true
-			} else {
-				ve, err = skipValue(b, vs)
-			}
-			toolCalls = span{vs, ve}
-		case "function_call":
-			slow = slow || functionCall.ok()
-			ve, err = skipValue(b, vs)
-			functionCall = span{vs, ve}
+	var f fields
+	var header, user, contentDone, callsDone bool
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		k := f.of(m.k)
+		switch {
+		case k == fRole && !f.redo && !header && b[m.vs] == '"':
+			dst, user, m.ve, err = p.header(dst, m.vs)
+			header = true
+		case k == fContent && !f.redo && header && !contentDone:
+			dst, m.ve, err = p.content(dst, m.vs)
+			contentDone = true
+		case k == fToolCalls && !f.redo && contentDone && !callsDone:
+			dst, m.ve, err = p.toolCalls(dst, m.vs)
+			callsDone = true
 		default:
-			ve, err = skipValue(b, vs)
+			m.ve, err = p.skip(m.vs)
 		}
-		if err == nil {
-			i, more, err = nextMember(b, ve)
-		}
+		f.at[k] = span{m.vs, m.ve}
 	}
 	if err != nil {
 		return dst, 0, err
 	}
-	end := i
-	if slow {
+	if f.redo {
+		if err = p.redo(m.i - i); err != nil {
+			return dst, 0, err
+		}
 		dst = p.reset(dst, ms)
 		header, contentDone, callsDone = false, false, false
 	}
-	if !header {
+	if role := f.at[fRole]; !header {
 		if !role.ok() || b[role.s] != '"' {
-			return dst, 0, shapeErr(end, "message has no string role")
+			return dst, 0, shapeErr(m.i, "message has no string role")
 		}
-		if dst, user, err = p.header(dst, role.s); err != nil {
+		if dst, user, _, err = p.header(dst, role.s); err != nil {
 			return dst, 0, err
 		}
 	}
-	if !contentDone && content.ok() {
-		if dst, _, err = p.content(dst, content.s); err != nil {
+	if v := f.at[fContent]; !contentDone && v.ok() {
+		if dst, _, err = p.content(dst, v.s); err != nil {
 			return dst, 0, err
 		}
 	}
-	if !callsDone && toolCalls.ok() {
-		if dst, _, err = p.toolCalls(dst, toolCalls.s); err != nil {
+	if v := f.at[fToolCalls]; !callsDone && v.ok() {
+		if dst, _, err = p.toolCalls(dst, v.s); err != nil {
 			return dst, 0, err
 		}
 	}
-	if functionCall.ok() && !isNull(b, functionCall) {
-		if dst, err = p.functionCall(dst, functionCall.s); err != nil {
+	if v := f.at[fFunctionCall]; v.ok() && !isNull(b, v) {
+		if dst, err = p.functionCall(dst, v.s); err != nil {
 			return dst, 0, err
 		}
 	}
 	if user && p.placement < 0 {
 		p.placement = p.pos(dst) - p.start
 	}
-	return dst, end, nil
+	return dst, m.i, nil
 }
 
 // content renders a message's content at b[i]: a string, null, or an array
@@ -202,23 +178,20 @@ func (p *parser) content(dst []byte, i int) ([]byte, int, error) {
 	default:
 		return dst, 0, shapeErr(i, "content is not a string, an array or null")
 	}
-	i, more, err := firstElement(b, i)
-	for more && err == nil {
-		switch b[i] {
+	e, err := p.elements(i)
+	for ; err == nil && e.more; err = e.next(p, err) {
+		switch b[e.i] {
 		case '"':
-			dst, i, err = p.text(dst, i)
+			dst, e.ve, err = p.text(dst, e.i)
 		case '{':
-			dst, i, err = p.part(dst, i)
+			dst, e.ve, err = p.part(dst, e.i)
 		default:
-			if _, err = skipValue(b, i); err == nil {
-				err = shapeErr(i, "content part is not an object")
+			if _, err = skipValue(b, e.i); err == nil {
+				err = shapeErr(e.i, "content part is not an object")
 			}
 		}
-		if err == nil {
-			i, more, err = nextElement(b, i)
-		}
 	}
-	return dst, i, err
+	return dst, e.i, err
 }
 
 // text renders the string at b[i] as a text item, joined to a preceding
@@ -231,181 +204,152 @@ func (p *parser) text(dst []byte, i int) ([]byte, int, error) {
 	return p.str(dst, i)
 }
 
-// partFields are the spans of the content part members that some part type
-// uses.
-type partFields struct {
-	typ, text, imageURL, inputAudio, source, name, input, content, thinking, fileID span
-}
-
-func isTextType(typ []byte) bool {
-	switch string(typ) {
-	case "text", "input_text", "output_text":
-		return true
-	}
-	return false
-}
-
 // part renders the content part object at b[i]. The payload of a text,
 // tool_result or thinking part is rendered when met if the type came
 // before it; everything else is rendered from spans at the end.
 func (p *parser) part(dst []byte, i int) ([]byte, int, error) {
 	b := p.b
 	obj, ps, inText := i, p.pos(dst), p.inText
-	var f partFields
-	var done, slow bool
-	i, more, err := firstMember(b, i)
-	for more && err == nil {
-		var key []byte
-		var vs, ve int
-		if key, vs, err = readKey(b, i, &p.kbuf); err != nil {
-			return dst, 0, err
-		}
-		var v *span
-		eager := false
-		switch string(key) {
-		case "type":
-			v = &f.typ
-		case "text":
-			v = &f.text
-			eager = isTextType(stringContents(b, f.typ)) && b[vs] == '"'
-		case "content":
-			v = &f.content
-			eager = string(stringContents(b, f.typ)) == "tool_result" && !p.nested
-		case "thinking":
-			v = &f.thinking
-			eager = string(stringContents(b, f.typ)) == "thinking" && b[vs] == '"'
-		case "image_url":
-			v = &f.imageURL
-		case "input_audio":
-			v = &f.inputAudio
-		case "source":
-			v = &f.source
-		case "name":
-			v = &f.name
-		case "input":
-			v = &f.input
-		case "file_id":
-			v = &f.fileID
-		}
-		if v != nil && v.ok() {
-			slow = true // a duplicate: the last one counts
-		}
-		if eager && !done && !slow {
-			switch string(key) {
-			case "text":
-				dst, ve, err = p.text(dst, vs)
-			case "content":
-				dst, ve, err = p.toolResult(dst, vs)
-			case "thinking":
-				dst, ve, err = p.thinking(dst, vs)
-			}
+	var f fields
+	t := tNone
+	done := false
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		k := f.of(m.k)
+		eager := !done && !f.redo
+		switch {
+		case k == fType:
+			t, m.ve, err = p.typeAt(m.vs)
+		case k == fText && eager && t == tText && b[m.vs] == '"':
+			dst, m.ve, err = p.text(dst, m.vs)
 			done = true
-		} else {
-			ve, err = skipValue(b, vs)
+		case k == fContent && eager && t == tToolResult && !p.nested:
+			dst, m.ve, err = p.toolResult(dst, m.vs)
+			done = true
+		case k == fThinking && eager && t == tThinking && b[m.vs] == '"':
+			dst, m.ve, err = p.thinking(dst, m.vs)
+			done = true
+		default:
+			m.ve, err = p.skip(m.vs)
 		}
-		if v != nil {
-			*v = span{vs, ve}
-		}
-		if err == nil {
-			i, more, err = nextMember(b, ve)
-		}
+		f.at[k] = span{m.vs, m.ve}
 	}
 	if err != nil {
 		return dst, 0, err
 	}
-	end := i
-	if done && !slow {
+	end := m.i
+	if done && !f.redo {
 		return dst, end, nil
 	}
+	if f.redo {
+		if err = p.redo(end - obj); err != nil {
+			return dst, 0, err
+		}
+	}
 	dst, p.inText = p.reset(dst, ps), inText
-	typ := stringContents(b, f.typ)
-	switch string(typ) {
-	case "text", "input_text", "output_text":
-		if f.text.ok() && b[f.text.s] == '"' {
-			dst, _, err = p.text(dst, f.text.s)
+	switch t {
+	case tText:
+		if v := f.at[fText]; v.ok() && b[v.s] == '"' {
+			dst, _, err = p.text(dst, v.s)
 			return dst, end, err
 		}
-	case "image_url": // OpenAI chat: {"url": "..."} or, from some clients, the URL itself
-		if v := p.field(f.imageURL, "url"); v.ok() {
-			return p.digestPart(dst, "image", v, end)
+	case tImageURL: // OpenAI chat: {"url": "..."} or, from some clients, the URL itself
+		if v, err := p.field(f.at[fImageURL], fURL); err != nil || v.ok() {
+			return p.digestPart(dst, "image", v, end, err)
 		}
-	case "input_image": // OpenAI Responses
-		if v := f.imageURL; v.ok() && b[v.s] == '"' {
-			return p.digestPart(dst, "image", v, end)
+	case tInputImage: // OpenAI Responses
+		if v := f.at[fImageURL]; v.ok() && b[v.s] == '"' {
+			return p.digestPart(dst, "image", v, end, nil)
 		}
-		if v := f.fileID; v.ok() && b[v.s] == '"' {
-			return p.digestPart(dst, "image", v, end)
+		if v := f.at[fFileID]; v.ok() && b[v.s] == '"' {
+			return p.digestPart(dst, "image", v, end, nil)
 		}
-	case "image": // Anthropic: {"source": {"type": "base64", "data": ...} | {"url": ...} | {"file_id": ...}}
+	case tImage: // Anthropic: {"source": {"type": "base64", "data": ...} | {"url": ...} | {"file_id": ...}}
 		p.anthropic = true
-		for _, k := range [...]string{"data", "url", "file_id"} {
-			if v := p.field(f.source, k); v.ok() {
-				return p.digestPart(dst, "image", v, end)
-			}
+		if v, err := p.field(f.at[fSource], fData, fURL, fFileID); err != nil || v.ok() {
+			return p.digestPart(dst, "image", v, end, err)
 		}
-	case "input_audio": // OpenAI chat: {"data": base64, "format": "wav"}
-		if v := p.field(f.inputAudio, "data"); v.ok() {
-			return p.digestPart(dst, "audio", v, end)
+	case tInputAudio: // OpenAI chat: {"data": base64, "format": "wav"}
+		if v, err := p.field(f.at[fInputAudio], fData); err != nil || v.ok() {
+			return p.digestPart(dst, "audio", v, end, err)
 		}
-	case "tool_use": // Anthropic
+	case tToolUse: // Anthropic
 		p.anthropic = true
-		dst, err = p.toolCall(dst, f.name, f.input)
+		dst, err = p.toolCall(dst, f.at[fName], f.at[fInput])
 		return dst, end, err
-	case "tool_result": // Anthropic
+	case tToolResult: // Anthropic
 		p.anthropic = true
 		if !p.nested {
-			if f.content.ok() {
-				dst, _, err = p.toolResult(dst, f.content.s)
+			if v := f.at[fContent]; v.ok() {
+				dst, _, err = p.toolResult(dst, v.s)
 			} else {
 				dst = p.openPart(dst, "tool_result")
 				dst = p.closePart(dst, p.pos(dst))
 			}
 			return dst, end, err
 		}
-	case "thinking": // Anthropic
-		if f.thinking.ok() && b[f.thinking.s] == '"' {
-			dst, _, err = p.thinking(dst, f.thinking.s)
+	case tThinking: // Anthropic
+		if v := f.at[fThinking]; v.ok() && b[v.s] == '"' {
+			dst, _, err = p.thinking(dst, v.s)
 			return dst, end, err
 		}
 		p.anthropic = true
-	case "redacted_thinking", "document", "search_result", "server_tool_use", "web_search_tool_result", "container_upload":
+	case tAnthropic:
 		p.anthropic = true
 	}
 	// Any other part (or a known type in an unexpected shape): its type and
 	// a digest of its members.
-	return p.digestItem(dst, typ, obj), end, nil
+	dst, err = p.digestItem(dst, f.at[fType], obj)
+	return dst, end, err
 }
 
-// field returns v if it is a string, or the span of v's string member key
-// if v is an object; the zero span otherwise.
-func (p *parser) field(v span, key string) span {
+// field returns v if it is a string, or, if v is an object, the span of
+// its first string member named by the first of keys that names one; the
+// zero span otherwise. It reads the object once, whatever the number of
+// keys (at most 3). Its only error is errCut.
+func (p *parser) field(v span, keys ...field) (span, error) {
 	b := p.b
-	if !v.ok() {
-		return span{}
+	if !v.ok() || b[v.s] != '{' {
+		if v.ok() && b[v.s] == '"' {
+			return v, nil
+		}
+		return span{}, nil
 	}
-	switch b[v.s] {
-	case '"':
-		return v
-	case '{':
-		var kbuf [32]byte
-		i, more, err := firstMember(b, v.s)
-		for more && err == nil {
-			k, vs, ve, err2 := member(b, i, &kbuf)
-			if err2 != nil {
-				return span{}
+	var found [3]span
+	m, err := p.members(v.s)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		if m.ve, err = p.skip(m.vs); err != nil || b[m.vs] != '"' {
+			continue
+		}
+		for j, k := range keys {
+			if !found[j].ok() && m.k == k {
+				found[j] = span{m.vs, m.ve}
 			}
-			if string(k) == key && b[vs] == '"' {
-				return span{vs, ve}
-			}
-			i, more, err = nextMember(b, ve)
+		}
+		if found[0].ok() {
+			return found[0], nil
 		}
 	}
-	return span{}
+	if err == errCut {
+		return span{}, err
+	}
+	// Another error ends the search, as the end of the object does: the
+	// spans found before it count.
+	for j := range keys {
+		if found[j].ok() {
+			return found[j], nil
+		}
+	}
+	return span{}, nil
 }
 
 // digestPart renders a part whose payload is the digest of the unescaped
-// string v (an image URL, base64 data or a file id).
-func (p *parser) digestPart(dst []byte, label string, v span, end int) ([]byte, int, error) {
+// string v (an image URL, base64 data or a file id), unless err (finding
+// v's) is set: then it returns err.
+func (p *parser) digestPart(dst []byte, label string, v span, end int, err error) ([]byte, int, error) {
+	if err != nil {
+		return dst, 0, err
+	}
 	dst, h, err := p.stringDigest(dst, v)
 	if err != nil {
 		return dst, 0, err
@@ -437,19 +381,31 @@ func (p *parser) stringDigest(dst []byte, v span) ([]byte, uint64, error) {
 
 // membersDigest digests the members of the object at b[i] other than
 // "type" and "cache_control", independently of their order: the sum of
-// xxh3(raw value) seeded by xxh3(key).
-func (p *parser) membersDigest(i int) uint64 {
+// xxh3(raw value) seeded by xxh3(unescaped key). A key too long for
+// readName to unescape is unescaped into dst's spare room (dst's length
+// is unchanged).
+//
+// It is the one member loop outside the walks (walk.go), which it cannot
+// use: it needs the keys' bytes, not their field, and must not spend the
+// budget, since only a rendering below the limit computes digests and
+// Append and AppendLimit must spend alike (the renderer that read the
+// object has spent a unit for each member already).
+func (p *parser) membersDigest(dst []byte, i int) uint64 {
 	b := p.b
-	var kbuf [32]byte
 	var h uint64
 	i, more, err := firstMember(b, i)
 	for more && err == nil {
-		k, vs, ve, err2 := member(b, i, &kbuf)
+		k, vs, ve, err2 := member(b, i, &p.kbuf)
 		if err2 != nil {
 			break
 		}
 		if s := string(k); s != "type" && s != "cache_control" {
-			h += xxh3.HashSeed(b[vs:ve], xxh3.Hash(k))
+			seed := xxh3.Hash(k)
+			if k == nil { // escaped, and longer than maxName
+				tmp, _, _ := appendString(dst, b, i)
+				seed = xxh3.Hash(tmp[len(dst):])
+			}
+			h += xxh3.HashSeed(b[vs:ve], seed)
 		}
 		i, more, err = nextMember(b, ve)
 	}
@@ -457,18 +413,23 @@ func (p *parser) membersDigest(i int) uint64 {
 }
 
 // digestItem renders a part or item of another type: GS type US 8 digest,
-// with the raw type as the label and the digest of the members of the
-// object at b[obj] as the payload.
-func (p *parser) digestItem(dst, typ []byte, obj int) []byte {
+// with the unescaped type typ (if it is a string) as the label and the
+// digest of the members of the object at b[obj] as the payload.
+func (p *parser) digestItem(dst []byte, typ span, obj int) ([]byte, error) {
 	p.inText = false
-	if len(dst) >= p.lim {
-		p.over += len(typ) + 14
-		return dst
-	}
 	dst = p.putByte(dst, sepPart)
-	dst = put(p, dst, typ)
+	if typ.ok() && p.b[typ.s] == '"' {
+		var err error
+		if dst, _, err = p.str(dst, typ.s); err != nil {
+			return dst, err
+		}
+	}
+	if len(dst) >= p.lim {
+		p.over += 13
+		return dst, nil
+	}
 	dst = put(p, dst, "\x1f\x08\x00\x00\x00") // US, length 8
-	return p.putDigest(dst, p.membersDigest(obj))
+	return p.putDigest(dst, p.membersDigest(dst, obj)), nil
 }
 
 // putDigest appends h, 8 bytes little-endian, as put does.
@@ -571,69 +532,33 @@ func (p *parser) toolCalls(dst []byte, i int) ([]byte, int, error) {
 	default:
 		return dst, 0, shapeErr(i, "tool_calls is not an array")
 	}
-	i, more, err := firstElement(b, i)
-	for more && err == nil {
-		if b[i] != '{' {
-			return dst, 0, shapeErr(i, "tool call is not an object")
+	e, err := p.elements(i)
+	for ; err == nil && e.more; err = e.next(p, err) {
+		if b[e.i] != '{' {
+			return dst, 0, shapeErr(e.i, "tool call is not an object")
 		}
-		obj := i
-		var fn, typ span
-		var kbuf [32]byte
-		i, more, err = firstMember(b, i)
-		for more && err == nil {
-			var k []byte
-			var vs, ve int
-			if k, vs, ve, err = member(b, i, &kbuf); err != nil {
-				return dst, 0, err
-			}
-			switch string(k) {
-			case "function":
-				fn = span{vs, ve}
-			case "type":
-				typ = span{vs, ve}
-			}
-			i, more, err = nextMember(b, ve)
+		var f fields
+		if e.ve, err = p.spans(e.i, &f); err != nil {
+			break
 		}
-		if err != nil {
-			return dst, 0, err
-		}
-		if fn.ok() && b[fn.s] == '{' {
-			if dst, err = p.functionCall(dst, fn.s); err != nil {
-				return dst, 0, err
-			}
+		if fn := f.at[fFunction]; fn.ok() && b[fn.s] == '{' {
+			dst, err = p.functionCall(dst, fn.s)
 		} else {
-			dst = p.digestItem(dst, stringContents(b, typ), obj)
+			dst, err = p.digestItem(dst, f.at[fType], e.i)
 		}
-		i, more, err = nextElement(b, i)
 	}
-	return dst, i, err
+	return dst, e.i, err
 }
 
 // functionCall renders the {"name", "arguments"} object at b[i] as a tool
 // call.
 func (p *parser) functionCall(dst []byte, i int) ([]byte, error) {
-	b := p.b
-	if b[i] != '{' {
+	if p.b[i] != '{' {
 		return dst, shapeErr(i, "function call is not an object")
 	}
-	var name, args span
-	var kbuf [32]byte
-	i, more, err := firstMember(b, i)
-	for more && err == nil {
-		k, vs, ve, err2 := member(b, i, &kbuf)
-		if err2 != nil {
-			return dst, err2
-		}
-		switch string(k) {
-		case "name":
-			name = span{vs, ve}
-		case "arguments":
-			args = span{vs, ve}
-		}
-		i, more, err = nextMember(b, ve)
-	}
-	if err != nil {
+	var f fields
+	if _, err := p.spans(i, &f); err != nil {
 		return dst, err
 	}
-	return p.toolCall(dst, name, args)
+	return p.toolCall(dst, f.at[fName], f.at[fArguments])
 }

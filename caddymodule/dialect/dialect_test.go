@@ -93,6 +93,17 @@ var goldenCases = []goldenCase{
 		placement: -1,
 	},
 	{
+		// Keys and types are compared and rendered unescaped; a key too
+		// long to compare still seeds the digest unescaped.
+		name:  "chat/escaped names",
+		body:  `{"model":"m","messages":[{"r\u006fle":"user","content":[{"type":"te\u0078t","text":"a"},{"type":"vid\u0065o_url","video_url":"v","` + strings.Repeat(`\u006b`, 40) + `":1}]}]}`,
+		kind:  Chat,
+		model: "m",
+		text: msg("user") + "a" + "\x1dvideo_url\x1f" + le32(8) +
+			membersDigest("video_url", `"v"`, strings.Repeat("k", 40), `1`),
+		placement: -1,
+	},
+	{
 		name:      "chat/no user message",
 		body:      `{"model":"m","messages":[{"role":"system","content":"Be terse."}]}`,
 		kind:      Chat,
@@ -526,6 +537,62 @@ func TestNoAllocs(t *testing.T) {
 			})
 			if allocs != 0 {
 				t.Errorf("Append(buf, %s) allocates %v times per call, want 0", name, allocs)
+			}
+		})
+	}
+}
+
+// TestEscapedNames: keys and the values compared with names this package
+// knows (part, item and tool call types; roles) are compared unescaped, as
+// a JSON decoder and the engine see them, so a body that escapes them
+// renders as the body that does not.
+func TestEscapedNames(t *testing.T) {
+	long := strings.Repeat("k", 40)
+	longEsc := strings.Repeat(`\u006b`, 40)
+	pairs := []struct{ name, escaped, plain string }{
+		{"text part type", `{"messages":[{"role":"user","content":[{"type":"te\u0078t","text":"hi"}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`},
+		{"text part type after text", `{"messages":[{"role":"user","content":[{"text":"hi","type":"input_t\u0065xt"}]}]}`,
+			`{"messages":[{"role":"user","content":[{"text":"hi","type":"input_text"}]}]}`},
+		{"text key", `{"messages":[{"role":"user","content":[{"type":"text","\u0074ext":"hi"}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`},
+		{"image_url part", `{"messages":[{"role":"user","content":[{"type":"image\u005furl","image\u005furl":{"\u0075rl":"https://x/a.png"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]}]}`},
+		{"anthropic image", `{"messages":[{"role":"user","content":[{"type":"\u0069mage","source":{"type":"base64","d\u0061ta":"iVBOR"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"iVBOR"}}]}]}`},
+		{"tool_result", `{"messages":[{"role":"user","content":[{"type":"tool\u005fresult","content":"15 degrees"}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"tool_result","content":"15 degrees"}]}]}`},
+		{"thinking", `{"messages":[{"role":"assistant","content":[{"type":"thinkin\u0067","thinking":"hmm"}]}]}`,
+			`{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hmm"}]}]}`},
+		{"tool_use", `{"messages":[{"role":"assistant","content":[{"type":"tool\u005fuse","name":"f","input":{}}]}]}`,
+			`{"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`},
+		{"item message", `{"input":[{"type":"m\u0065ssage","role":"user","content":"q"}]}`,
+			`{"input":[{"type":"message","role":"user","content":"q"}]}`},
+		{"item function_call", `{"input":[{"type":"function\u005fcall","name":"f","arguments":"{}"}]}`,
+			`{"input":[{"type":"function_call","name":"f","arguments":"{}"}]}`},
+		{"item function_call_output", `{"input":[{"type":"function_call_outpu\u0074","output":"o"}]}`,
+			`{"input":[{"type":"function_call_output","output":"o"}]}`},
+		{"role", `{"messages":[{"role":"\u0075ser","content":"a"},{"role":"assistant","content":"b"}]}`,
+			`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`},
+		{"digested part label", `{"messages":[{"role":"user","content":[{"type":"vid\u0065o_url","video_url":{"url":"v"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"video_url","video_url":{"url":"v"}}]}]}`},
+		{"digested item label", `{"input":[{"type":"re\u0061soning","summary":[]}]}`,
+			`{"input":[{"type":"reasoning","summary":[]}]}`},
+		{"digested tool call label", `{"messages":[{"role":"assistant","tool_calls":[{"type":"c\u0075stom","custom":{"input":"x"}}]}]}`,
+			`{"messages":[{"role":"assistant","tool_calls":[{"type":"custom","custom":{"input":"x"}}]}]}`},
+		{"long digested key", `{"messages":[{"role":"user","content":[{"type":"x","` + longEsc + `":1}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"x","` + long + `":1}]}]}`},
+		{"type key in a digest", `{"messages":[{"role":"user","content":[{"\u0074ype":"x","cache\u005fcontrol":{},"a":1}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"x","a":1}]}]}`},
+		{"top-level keys", `{"\u006dodel":"m","m\u0065ssages":[{"role":"user","content":"a"}],"\u0073ystem":"s"}`,
+			`{"model":"m","messages":[{"role":"user","content":"a"}],"system":"s"}`},
+	}
+	for _, tt := range pairs {
+		t.Run(tt.name, func(t *testing.T) {
+			got, greq, errG := Append(nil, []byte(tt.escaped))
+			want, wreq, errW := Append(nil, []byte(tt.plain))
+			if errG != nil || errW != nil || !bytes.Equal(got, want) || greq.Kind != wreq.Kind || greq.Placement != wreq.Placement {
+				t.Errorf("Append(%s) = %q, %v, %d, %v\nAppend(%s) = %q, %v, %d, %v\nwant equal", tt.escaped, got, greq.Kind, greq.Placement, errG, tt.plain, want, wreq.Kind, wreq.Placement, errW)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -19,10 +20,15 @@ import (
 //   - prefix stability: for a valid body whose messages, input, prompt,
 //     text or input_ids is an array, the body with the array's last
 //     element removed renders a prefix of the full body's text.
+//
+// Two seeds spend the budget (see "Budget" in the package doc), in their
+// last turn and well before it.
 func FuzzAppend(f *testing.F) {
 	for _, tt := range goldenCases {
 		f.Add([]byte(tt.body))
 	}
+	f.Add(tinyMessages(sectionBudget/3 + 1))
+	f.Add([]byte(`{"model":"claude","messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"a"},{},`, sectionBudget/4) + `{"type":"text","text":"z"}]}],"system":"s"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		orig := bytes.Clone(body)
 		dst := []byte("dst-prefix")

@@ -17,32 +17,29 @@ func (p *parser) prompts(dst []byte, i int) ([]byte, int, error) {
 	default:
 		return dst, 0, shapeErr(i, "prompt is not a string or an array")
 	}
-	j, more, err := firstElement(b, i)
-	if err != nil || !more {
-		return dst, j, err
+	e, err := p.elements(i)
+	if err != nil || !e.more {
+		return dst, e.i, err
 	}
-	if c := b[j]; c == '-' || (c >= '0' && c <= '9') {
+	if c := b[e.i]; c == '-' || (c >= '0' && c <= '9') {
 		return p.tokens(dst, i)
 	}
-	for n := 0; more && err == nil; n++ {
+	for n := 0; err == nil && e.more; n, err = n+1, e.next(p, err) {
 		if n > 0 {
 			dst = p.putByte(dst, sepRole)
 		}
-		switch b[j] {
+		switch b[e.i] {
 		case '"':
-			dst, j, err = p.str(dst, j)
+			dst, e.ve, err = p.str(dst, e.i)
 		case '[':
-			dst, j, err = p.tokens(dst, j)
+			dst, e.ve, err = p.tokens(dst, e.i)
 		default:
-			if _, err = skipValue(b, j); err == nil {
-				err = shapeErr(j, "prompt element is not a string or an array of token ids")
+			if _, err = skipValue(b, e.i); err == nil {
+				err = shapeErr(e.i, "prompt element is not a string or an array of token ids")
 			}
 		}
-		if err == nil {
-			j, more, err = nextElement(b, j)
-		}
 	}
-	return dst, j, err
+	return dst, e.i, err
 }
 
 // tokens renders the array of token ids at b[i] as SUB followed by each id
@@ -78,9 +75,12 @@ func (p *parser) tokens(dst []byte, i int) ([]byte, int, error) {
 			}
 			j, v = end, uint64(id)
 		}
-		if len(dst) < p.lim-3 {
+		switch {
+		case len(dst) < p.lim-3:
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
-		} else {
+		case len(dst) >= p.lim:
+			p.over += 4 // past the limit: only counted
+		default:
 			dst = p.putID(dst, uint32(v))
 		}
 		if j+1 < len(b) && b[j] == ',' && b[j+1]-'0' <= 9 {

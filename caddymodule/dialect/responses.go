@@ -6,47 +6,36 @@ package dialect
 // instructions renders the instructions value at b[i]: a string as a
 // system message, or an array of input items.
 func (p *parser) instructions(dst []byte, i int) ([]byte, int, error) {
-	switch p.b[i] {
-	case '"':
-		return p.text(p.openMessage(dst, "system"), i)
-	case '[':
-		return p.items(dst, i)
-	case 'n':
-		end, err := skipLiteral(p.b, i, "null")
-		return dst, end, err
-	}
-	return dst, 0, shapeErr(i, "instructions is not a string, an array or null")
+	return p.itemsOr(dst, i, "system", "instructions is not a string, an array or null")
 }
 
 // input renders the input value at b[i]: a string as a user message, or an
 // array of input items.
 func (p *parser) input(dst []byte, i int) ([]byte, int, error) {
+	return p.itemsOr(dst, i, "user", "input is not a string, an array or null")
+}
+
+// itemsOr renders the value at b[i]: a string as one message of role, an
+// array of input items, or null; anything else is the shape error msg.
+func (p *parser) itemsOr(dst []byte, i int, role, msg string) ([]byte, int, error) {
 	switch p.b[i] {
 	case '"':
-		dst, end, err := p.text(p.openMessage(dst, "user"), i)
-		if p.placement < 0 {
+		dst, end, err := p.text(p.openMessage(dst, role), i)
+		if role == "user" && p.placement < 0 {
 			p.placement = p.pos(dst) - p.start
 		}
 		return dst, end, err
 	case '[':
-		return p.items(dst, i)
+		e, err := p.elements(i)
+		for ; err == nil && e.more; err = e.next(p, err) {
+			dst, e.ve, err = p.item(dst, e.i)
+		}
+		return dst, e.i, err
 	case 'n':
 		end, err := skipLiteral(p.b, i, "null")
 		return dst, end, err
 	}
-	return dst, 0, shapeErr(i, "input is not a string, an array or null")
-}
-
-// items renders the array of input items at b[i].
-func (p *parser) items(dst []byte, i int) ([]byte, int, error) {
-	b := p.b
-	i, more, err := firstElement(b, i)
-	for more && err == nil {
-		if dst, i, err = p.item(dst, i); err == nil {
-			i, more, err = nextElement(b, i)
-		}
-	}
-	return dst, i, err
+	return dst, 0, shapeErr(i, msg)
 }
 
 // item renders the input item at b[i]:
@@ -67,82 +56,61 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 		return dst, 0, shapeErr(i, "input item is not an object")
 	}
 	obj, is := i, p.pos(dst)
-	var typ, role, content, name, args, output span
-	var done, doneMsg, user, slow bool
-	i, more, err := firstMember(b, i)
-	for more && err == nil {
-		var key []byte
-		var vs, ve int
-		if key, vs, err = readKey(b, i, &p.kbuf); err != nil {
-			return dst, 0, err
-		}
-		var v *span
-		switch string(key) {
-		case "type":
-			v = &typ
-		case "role":
-			v = &role
-		case "content":
-			v = &content
-		case "name":
-			v = &name
-		case "arguments":
-			v = &args
-		case "output":
-			v = &output
-		}
-		if v != nil && v.ok() {
-			slow = true // a duplicate: the last one counts
-		}
-		t := stringContents(b, typ)
-		switch {
-		case v == &content && !done && !slow && role.ok() && b[role.s] == '"' && (!typ.ok() || string(t) == "message"):
-			if dst, user, err = p.header(dst, role.s); err == nil {
-				dst, ve, err = p.content(dst, vs)
+	var f fields
+	t := tNone
+	var done, doneMsg, user bool
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		k := f.of(m.k)
+		eager := !done && !f.redo
+		switch role := f.at[fRole]; {
+		case k == fType:
+			t, m.ve, err = p.typeAt(m.vs)
+			if doneMsg && t != tMessage {
+				f.redo = true // rendered as a message, but it is not one
+			}
+		case k == fContent && eager && (t == tNone || t == tMessage) && role.ok() && b[role.s] == '"':
+			if dst, user, _, err = p.header(dst, role.s); err == nil {
+				dst, m.ve, err = p.content(dst, m.vs)
 			}
 			done, doneMsg = true, true
-		case v == &output && !done && !slow && string(t) == "function_call_output":
-			dst, ve, err = p.content(p.openMessage(dst, "tool"), vs)
+		case k == fOutput && eager && t == tFunctionCallOutput:
+			dst, m.ve, err = p.content(p.openMessage(dst, "tool"), m.vs)
 			done = true
 		default:
-			ve, err = skipValue(b, vs)
+			m.ve, err = p.skip(m.vs)
 		}
-		if v != nil {
-			*v = span{vs, ve}
-		}
-		if v == &typ && doneMsg && string(stringContents(b, typ)) != "message" {
-			slow = true // rendered as a message, but it is not one
-		}
-		if err == nil {
-			i, more, err = nextMember(b, ve)
-		}
+		f.at[k] = span{m.vs, m.ve}
 	}
 	if err != nil {
 		return dst, 0, err
 	}
-	end := i
-	t := stringContents(b, typ)
-	if !done || slow {
-		dst, done, user = p.reset(dst, is), false, false
-	}
-	switch {
-	case done:
-	case (!typ.ok() || string(t) == "message") && role.ok() && b[role.s] == '"':
-		if dst, user, err = p.header(dst, role.s); err != nil {
+	if f.redo {
+		if err = p.redo(m.i - obj); err != nil {
 			return dst, 0, err
 		}
-		if content.ok() {
-			dst, _, err = p.content(dst, content.s)
+	}
+	if !done || f.redo {
+		dst, done, user = p.reset(dst, is), false, false
+	}
+	switch role := f.at[fRole]; {
+	case done:
+	case (t == tNone || t == tMessage) && role.ok() && b[role.s] == '"':
+		if dst, user, _, err = p.header(dst, role.s); err != nil {
+			return dst, 0, err
 		}
-	case string(t) == "function_call":
-		dst, err = p.toolCall(p.openMessage(dst, "assistant"), name, args)
-	case string(t) == "function_call_output":
+		if v := f.at[fContent]; v.ok() {
+			dst, _, err = p.content(dst, v.s)
+		}
+	case t == tFunctionCall:
+		dst, err = p.toolCall(p.openMessage(dst, "assistant"), f.at[fName], f.at[fArguments])
+	case t == tFunctionCallOutput:
 		dst = p.openMessage(dst, "tool")
-		if output.ok() {
-			dst, _, err = p.content(dst, output.s)
+		if v := f.at[fOutput]; v.ok() {
+			dst, _, err = p.content(dst, v.s)
 		}
 	default:
-		dst = p.digestItem(dst, t, obj)
+		dst, err = p.digestItem(dst, f.at[fType], obj)
 	}
 	if err != nil {
 		return dst, 0, err
@@ -150,5 +118,5 @@ func (p *parser) item(dst []byte, i int) ([]byte, int, error) {
 	if user && p.placement < 0 {
 		p.placement = p.pos(dst) - p.start
 	}
-	return dst, end, nil
+	return dst, m.i, nil
 }

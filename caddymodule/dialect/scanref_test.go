@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -109,6 +110,46 @@ func checkAppendString(t *testing.T, b []byte, i int) {
 	}
 }
 
+// checkSkipString checks that skipString agrees with appendString on where
+// the string at b[i] ends: where appendString renders it, skipString finds
+// the same end; where appendString finds no end ("unterminated string"),
+// neither does skipString; and skipString rejects only strings that
+// appendString rejects. (skipString does not validate escapes, so it may
+// find an end where appendString rejects an escape, or no end where
+// appendString stops at an invalid escape first.)
+func checkSkipString(t *testing.T, b []byte, i int) {
+	t.Helper()
+	_, wantEnd, wantErr := appendString(nil, b, i)
+	end, err := skipString(b, i)
+	unterminated := func(err error) bool { return err != nil && strings.HasSuffix(err.Error(), "unterminated string") }
+	switch {
+	case wantErr == nil && (err != nil || end != wantEnd),
+		unterminated(wantErr) && fmt.Sprint(err) != fmt.Sprint(wantErr),
+		err != nil && wantErr == nil:
+		t.Fatalf("skipString(%q, %d) = %d, %v; appendString ends at %d, %v", b, i, end, err, wantEnd, wantErr)
+	}
+}
+
+// checkReadName compares readName with appendString on the string at
+// b[i]: the same end and error, and the same contents unless they are
+// escaped and longer than maxName (then nil).
+func checkReadName(t *testing.T, b []byte, i int) {
+	t.Helper()
+	want, wantEnd, wantErr := appendString(nil, b, i)
+	var buf nameBuf
+	got, end, err := readName(b, i, &buf)
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("readName(%q, %d) error %v, appendString's %v", b, i, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	escaped := bytes.IndexByte(b[i+1:wantEnd-1], '\\') >= 0
+	if end != wantEnd || (got == nil) != (escaped && len(want) > maxName) || got != nil && !bytes.Equal(got, want) {
+		t.Fatalf("readName(%q, %d) = %q, %d, want %q, %d (nil if escaped and longer than %d)", b, i, got, end, want, wantEnd, maxName)
+	}
+}
+
 func TestAppendStringMatchesReference(t *testing.T) {
 	pieces := []string{"a", "bcdefgh", "\\\\", "\\\"", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\ude00",
 		"\\u12", "\\x", "\\", "\"", "\xff", "é", "        ", "\\u00", "\\uzzzz", "\\/"}
@@ -121,11 +162,26 @@ func TestAppendStringMatchesReference(t *testing.T) {
 		}
 		checkAppendString(t, s, 0)
 		checkAppendString(t, append([]byte("xx"), s...), 2)
+		checkReadName(t, s, 0)
+		checkSkipString(t, s, 0)
+		checkSkipString(t, append([]byte("xx"), s...), 2)
+	}
+	// Names around maxName, with an escape of each width anywhere in them.
+	for n := maxName - 4; n <= maxName+4; n++ {
+		for _, esc := range []string{`\n`, `\u00e9`, `\u6771`, `\ud83d\ude00`} {
+			for at := 0; at <= n; at++ {
+				s := `"` + strings.Repeat("a", at) + esc + strings.Repeat("b", n-at) + `"`
+				checkReadName(t, []byte(s), 0)
+				checkReadName(t, []byte(s[:len(s)-1]), 0) // unterminated
+			}
+		}
+		checkReadName(t, []byte(`"`+strings.Repeat("c", n)+`"`), 0)
 	}
 }
 
 // FuzzAppendString checks that appendString renders every string, and
-// rejects every invalid one, exactly as appendStringRef does.
+// rejects every invalid one, exactly as appendStringRef does, and that
+// readName and skipString agree with it.
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{`"plain"`, `"a\"b\\c\/d\be\ff\ng\rh\ti"`, `"\ud83d\ude00x"`, `"\ud83d\u0041"`, `"\x"`, `"\u12"`, `"a\"b`, `"` + "\xff" + `"`} {
 		f.Add([]byte(s))
@@ -135,5 +191,7 @@ func FuzzAppendString(f *testing.F) {
 			b = append([]byte{'"'}, b...)
 		}
 		checkAppendString(t, b, 0)
+		checkReadName(t, b, 0)
+		checkSkipString(t, b, 0)
 	})
 }

@@ -18,7 +18,12 @@ type parser struct {
 	// start is where the section being rendered begins in dst.
 	start int
 	// kbuf unescapes the rare object key written with escapes.
-	kbuf [32]byte
+	kbuf nameBuf
+	// units is what the object being walked may still spend (see walk.go):
+	// the top-level members left, or, in a section, its group's budget,
+	// kept in budget between sections.
+	units  int
+	budget [numGroups]int
 
 	// limit is how many bytes of text to render (maxInt: all of it). Each
 	// section is rendered into dst up to lim = start + limit (see put);
@@ -115,6 +120,24 @@ const (
 	numSections
 )
 
+// Sections share budgets in two groups: the tools, system and
+// instructions, which precede the turns in the text, and the turns
+// (messages, input, prompt, text, input_ids), so that growing the turns
+// never changes what the sections before them can spend.
+const (
+	groupFirst = iota
+	groupTurns
+	numGroups
+)
+
+func groupOf(sec int) int {
+	switch sec {
+	case secTools, secSystem, secInstructions:
+		return groupFirst
+	}
+	return groupTurns
+}
+
 // section is a rendered top-level member: dst[s:e], then over bytes that
 // a limited rendering only counted.
 type section struct {
@@ -153,60 +176,57 @@ func (p *parser) top(dst []byte) ([]byte, Request, error) {
 
 	start := len(dst)
 	var secs [numSections]section
-	i, more, err := firstMember(b, i)
-	if err != nil {
-		return dst, req, err
-	}
-	for more {
-		key, vs, err := readKey(b, i, &p.kbuf)
-		if err != nil {
-			return dst, req, err
-		}
+	p.units, p.budget = topMembers, [numGroups]int{sectionBudget, sectionBudget}
+	m, err := p.members(i)
+	for ; err == nil && m.more; err = m.next(p, err) {
+		vs := m.vs
 		sec := -1
-		switch string(key) {
-		case "messages":
+		switch m.k {
+		case fMessages:
 			sec = secMessages
-		case "system":
+		case fSystem:
 			sec = secSystem
 			p.anthropic = true
-		case "tools":
+		case fTools:
 			sec = secTools
-		case "input":
+		case fInput:
 			sec = secInput
-		case "instructions":
+		case fInstructions:
 			sec = secInstructions
-		case "prompt":
+		case fPrompt:
 			sec = secPrompt
-		case "text":
+		case fText:
 			if b[vs] == '"' || b[vs] == '[' { // not the Responses "text" options object
 				sec = secText
 			}
-		case "input_ids":
+		case fInputIDs:
 			if b[vs] != 'n' {
 				sec = secInputIDs
 			}
-		case "anthropic_version", "stop_sequences":
+		case fAnthropicVersion, fStopSequences:
 			p.anthropic = true
+		case fModel:
+			m.ve, err = skipValue(b, vs)
+			req.Model = stringContents(b, span{vs, m.ve})
+			continue
+		case fCacheSalt:
+			m.ve, err = skipValue(b, vs)
+			req.CacheSalt = stringContents(b, span{vs, m.ve})
+			continue
 		}
-		var ve int
 		if sec >= 0 {
-			dst, ve, err = p.section(dst, sec, vs, &secs[sec])
+			dst, m.ve, err = p.section(dst, sec, vs, &secs[sec])
 		} else {
-			ve, err = skipValue(b, vs)
-			switch string(key) {
-			case "model":
-				req.Model = stringContents(b, span{vs, ve})
-			case "cache_salt":
-				req.CacheSalt = stringContents(b, span{vs, ve})
-			}
-		}
-		if err != nil {
-			return dst, req, err
-		}
-		if i, more, err = nextMember(b, ve); err != nil {
-			return dst, req, err
+			m.ve, err = skipValue(b, vs)
 		}
 	}
+	if err == errCut {
+		return dst, req, shapeErr(m.i, "more than 4096 top-level members")
+	}
+	if err != nil {
+		return dst, req, err
+	}
+	i = m.i
 	if j := skipWS(b, i); j < len(b) {
 		return dst, req, syntaxErr(j, "data after top-level object")
 	}
@@ -252,8 +272,18 @@ func (p *parser) top(dst []byte) ([]byte, Request, error) {
 // section renders the top-level member whose value is at b[vs] into dst
 // and records it in sec. It returns the offset after the value. A shape
 // error is recorded in sec, to be reported only if the dialect uses the
-// section; a syntax error is returned.
+// section; a syntax error is returned. Once the section's budget is spent,
+// its text ends where it was, and the rest of the value is only skipped.
 func (p *parser) section(dst []byte, which, vs int, sec *section) ([]byte, int, error) {
+	g, top := groupOf(which), p.units
+	p.units = p.budget[g]
+	dst, ve, err := p.render(dst, which, vs, sec)
+	p.budget[g], p.units = p.units, top
+	return dst, ve, err
+}
+
+// render is section once the budget is set.
+func (p *parser) render(dst []byte, which, vs int, sec *section) ([]byte, int, error) {
 	s := len(dst)
 	p.start = s
 	p.placement = -1
@@ -289,6 +319,9 @@ func (p *parser) section(dst []byte, which, vs int, sec *section) ([]byte, int, 
 		}
 		dst = p.putByte(dst, sepRole)
 		dst, ve, err = p.prompts(dst, vs)
+	}
+	if err == errCut {
+		ve, err = skipValue(p.b, vs)
 	}
 	if err != nil {
 		if pe, ok := err.(*parseError); !ok || pe.err != ErrUnknownDialect {
