@@ -52,7 +52,7 @@ const (
 	// DefaultMinMatchRatio is the default min_match_ratio: the share of
 	// a request's routing text a match must cover to count. 0.3 is the
 	// cache_threshold of SGLang's cache-aware router; on the Mooncake
-	// trace it doubles the hit rate (docs/peers.md), because a shared
+	// trace it doubles the hit rate (docs/tuning.md), because a shared
 	// system prompt no longer pulls every new conversation onto its
 	// holders.
 	DefaultMinMatchRatio = 0.3
@@ -64,18 +64,19 @@ const (
 	// another replica; an engine whose running requests outgrow its KV
 	// cache preempts and recomputes them and evicts every conversation's
 	// prefix. Measured with 64k-token engines and with 400k-token ones
-	// (docs/peers.md): 128 KiB beat 256 KiB on the agent workload (hit
-	// rate 0.820 vs 0.763, TTFT p90 0.35 vs 0.69 s) and matched it on
-	// shared-prefix and Mooncake; 512 KiB lost most of the gain. That is
-	// half of the benchmark's 64k-token KV caches (256 KiB of text): with
-	// 400k-token engines 512 KiB did better on Mooncake (README, Defaults).
+	// (docs/tuning.md): 128 KiB beat 256 KiB on the agent workload (hit
+	// rate 0.820 vs 0.763, TTFT p90 0.35 vs 0.69 s) and cost shared-prefix
+	// 0.02 of hit rate at 80 QPS; 512 KiB lost most of the agent gain.
+	// That is half of the benchmark's 64k-token KV caches (256 KiB of
+	// text): with 400k-token engines 512 KiB did better on Mooncake
+	// (README, Defaults).
 	DefaultLoadAllowanceBytes = 128 << 10
 
 	// DefaultPrefillRate is the default prefill_rate, in bytes of routing
 	// text per second: 64 KiB/s is about 16,000 tokens/s at 4 bytes per
 	// token, the prefill throughput of Llama-3-8B in vLLM on one H100
 	// (and of the benchmark's simulated engine). On the Mooncake trace
-	// (8 engines, docs/peers.md) it cut TTFT p90 from 2.48 to 2.19 s and
+	// (8 engines, docs/tuning.md) it cut TTFT p90 from 2.48 to 2.19 s and
 	// p50 from 0.70 to 0.61 s, the hit rate within the runs' spread; half
 	// and twice the rate measured the same within that spread.
 	DefaultPrefillRate = 64 << 10

@@ -81,7 +81,7 @@
 // moving one throws away its cached prefix, and measured on the Mooncake
 // trace, moving warm requests whenever the holder's queue exceeded the
 // prefill their match saves (NVIDIA Dynamo's cost) cut the hit rate from
-// 0.136 to 0.123 (docs/peers.md).
+// 0.136 to 0.123 (docs/tuning.md).
 //
 // # The choice
 //

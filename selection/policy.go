@@ -25,7 +25,7 @@ const DefaultLoadFactor = 1.25
 // and the busiest engine then evicts families it will be asked for again;
 // with this bound it serves 1.13-1.24x, and the hit rate at 80 QPS rose
 // from 0.778 to 0.803 (1.25 gave 0.805 with a worse TTFT p90). On an idle
-// fleet every candidate is within it (docs/peers.md).
+// fleet every candidate is within it (docs/tuning.md).
 const DefaultColdLoadFactor = 1.0
 
 // DefaultAllowance is the default Policy.Allowance, in requests in flight.
