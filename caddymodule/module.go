@@ -494,6 +494,12 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 		}
 		return nil
 	}
+	// settle confirms on the status this attempt's round trip sets. Caddy
+	// never clears it, so what an earlier handler (forward_auth is a
+	// reverse_proxy) or an earlier attempt left must not count for this one.
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Delete("http.reverse_proxy.status_code")
+	}
 	uncached := int64(v.textLen - d.matched)
 	from := s.syncFrom(d.depth)
 	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
@@ -531,7 +537,8 @@ func (s *PrefixCacheSelection) fallBack(pool reverseproxy.UpstreamPool, r *http.
 // so that its entries are protected from traffic that is never confirmed
 // (prefixindex.Confirm). The status is Caddy's
 // {http.reverse_proxy.status_code}, set after each round trip that got a
-// response.
+// response; Select clears it when it chooses, so it is the chosen
+// attempt's or none.
 func (v *view) settle(repl *caddy.Replacer) {
 	id, dial, from := v.charge.release()
 	if id == 0 {
