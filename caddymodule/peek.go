@@ -41,12 +41,15 @@ func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []b
 
 	// One byte more than max_body tells a body of exactly max_body from a
 	// larger one.
-	bb, err := readAtMost(r.Body, maxBody+1, r.ContentLength, budget)
+	bb, past, err := readAtMost(r.Body, maxBody+1, r.ContentLength, budget)
 	if bb == nil { // not even the first buffer fit: nothing was read
 		return skipBudget, nil, nil, nil
 	}
 	buf := bb.b
 	rb := &replayBody{buf: bb, head: buf, rest: r.Body}
+	if len(past) > 0 {
+		rb.rest = &pastBody{past: past, ReadCloser: r.Body}
+	}
 	switch {
 	case errors.Is(err, errBudget):
 		// The rest of the body follows what was read, untouched.
@@ -94,22 +97,23 @@ var errBudget = errors.New("prefix_cache: body budget reached")
 // the body budget. declared is the length the client declared (-1 when
 // unknown). It returns a nil error at io.EOF, errBudget when the next
 // buffer did not fit within budget (the bytes read so far are in the
-// returned buffer), and a nil buffer when not even the first one fit. The
-// bytes read are the returned buffer's b.
-func readAtMost(r io.Reader, limit, declared, budget int64) (*bodyBuf, error) {
+// returned buffer, and past holds the byte read beyond them, if any), and
+// a nil buffer when not even the first one fit. The bytes read are the
+// returned buffer's b, then past.
+func readAtMost(r io.Reader, limit, declared, budget int64) (bb *bodyBuf, past []byte, err error) {
 	size := min(firstRead, limit)
 	if declared > 0 {
 		size = min(size, declared)
 	}
-	bb := getBodyBuf(int(size), budget)
+	bb = getBodyBuf(int(size), budget)
 	if bb == nil {
-		return nil, errBudget
+		return nil, nil, errBudget
 	}
 	buf := bb.b[:0]
-	var err error
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
 			var one [1]byte
+			probed := false
 			if declared >= 0 && int64(len(buf)) >= declared {
 				// All that was declared is here: ask for the end of the
 				// body without growing the buffer for it.
@@ -121,6 +125,7 @@ func readAtMost(r io.Reader, limit, declared, budget int64) (*bodyBuf, error) {
 					}
 					break
 				}
+				probed = true
 			}
 			next := min(2*int64(cap(buf)), limit)
 			if declared > int64(cap(buf)) {
@@ -129,12 +134,17 @@ func readAtMost(r io.Reader, limit, declared, budget int64) (*bodyBuf, error) {
 			nb := getBodyBuf(int(next), budget)
 			if nb == nil {
 				bb.b = buf
-				return bb, errBudget
+				if probed {
+					// The byte past the declared length is the client's
+					// too; a read error after it comes again from r.
+					past = one[:]
+				}
+				return bb, past, errBudget
 			}
 			nb.b = append(nb.b[:0], buf...)
 			bb.put()
 			bb, buf = nb, nb.b
-			if declared >= 0 && int64(len(buf)) >= declared {
+			if probed {
 				buf = append(buf, one[0]) // a byte past the declared length
 				if err != nil {
 					break
@@ -153,7 +163,23 @@ func readAtMost(r io.Reader, limit, declared, budget int64) (*bodyBuf, error) {
 		err = nil
 	}
 	bb.b = buf
-	return bb, err
+	return bb, nil, err
+}
+
+// pastBody is the client's body behind bytes the policy read from it but
+// could not keep in its buffer.
+type pastBody struct {
+	past []byte
+	io.ReadCloser
+}
+
+func (p *pastBody) Read(b []byte) (int, error) {
+	if len(p.past) > 0 {
+		n := copy(b, p.past)
+		p.past = p.past[n:]
+		return n, nil
+	}
+	return p.ReadCloser.Read(b)
 }
 
 // errBodyReleased is what a read of a replay body gets after its buffer

@@ -210,3 +210,29 @@ func TestGlobMatch(t *testing.T) {
 		}
 	}
 }
+
+// A body longer than its declared length (a middleware replaced it
+// without updating Content-Length) whose next buffer does not fit the
+// budget: the byte read past the declared length to find the end is
+// given back with the rest, so the upstream still gets every byte.
+func TestReadBodyBudgetKeepsTheByteReadPastDeclared(t *testing.T) {
+	SettleBodies()
+	const declared = 16 << 10
+	body := bytes.Repeat([]byte("x"), declared+100)
+	// Room for the first buffer (the declared length) and not its doubling.
+	budget := int64(float64(bodyAllocated.Load()+declared+declared/2) * gcHeadroom())
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bytes.NewReader(body)))
+	r.Header.Set("Content-Type", "application/json")
+	r.ContentLength = declared
+	skip, _, _, rb := readBody(r, 1<<20, budget, false)
+	if skip != skipBudget {
+		t.Fatalf("readBody() skip = %v, want %v", skip, skipBudget)
+	}
+	got, err := io.ReadAll(r.Body)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Errorf("body given back = %d bytes, %v; want the client's %d", len(got), err, len(body))
+	}
+	if rb != nil && rb.buf != nil {
+		rb.buf.markCtxDone()
+	}
+}
