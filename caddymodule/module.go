@@ -472,20 +472,24 @@ func (s *PrefixCacheSelection) Cleanup() error {
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s.notePool(pool)
 	p, v := s.route(r)
+	if v != nil {
+		if v.attempts > 0 && p.buf.keepsAfterSent() {
+			// A retry that may come after the body was sent
+			// (lb_retry_match), routed or not: the upstream gets the
+			// whole body again, from a replay of its own, while a
+			// transport of the failed attempt may still be reading the
+			// old one.
+			if again := p.replay.again(); again != nil {
+				r.Body = again
+			}
+		}
+		v.attempts++
+	}
 	switch {
 	case v == nil:
 		return s.fallBack(pool, r, w, p.skip)
 	case v.skip != skipNone:
 		return s.fallBack(pool, r, w, v.skip)
-	}
-	if len(v.tried) > 0 && p.buf.keepsAfterSent() {
-		// A retry that may come after the body was sent (lb_retry_match):
-		// the upstream gets the whole body again, from a replay of its
-		// own, while a transport of the failed attempt may still be
-		// reading the old one.
-		if again := p.replay.again(); again != nil {
-			r.Body = again
-		}
 	}
 	chosen, d, indexed := s.choose(pool, v, true)
 	if chosen == nil {

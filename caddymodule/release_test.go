@@ -274,3 +274,49 @@ func TestBodyBudgetFallsBackAndServes(t *testing.T) {
 		t.Errorf("after the stall: skip %q, want routed", skip)
 	}
 }
+
+// A retry on status for a request the policy did not route (a JSON body
+// of no dialect it knows) still sends the upstream the whole body: the
+// fallback's second pick gets the client's bytes, not what the first
+// attempt left of them.
+func TestRetryOnStatusResendsAnUnroutedBody(t *testing.T) {
+	bad := newBackend(t, "bad")
+	bad.handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		w.WriteHeader(http.StatusBadGateway) // after reading it all
+		return true
+	}
+	good := newBackend(t, "good")
+	port := freePort(t)
+	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s %s {\n\t\tlb_policy prefix_cache {\n\t\t\tfallback round_robin\n\t\t}\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, bad.addr(), good.addr()))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/embeddings-of-our-own", port)
+	retried := 0
+	for c := range 8 {
+		for _, chunked := range []bool{false, true} {
+			body := []byte(fmt.Sprintf(`{"query":%q}`, words(fmt.Sprintf("unrouted%d", c), 3000)))
+			var r io.Reader = bytes.NewReader(body)
+			if chunked {
+				r = io.MultiReader(r)
+			}
+			badBefore, before := bad.count(), good.count()
+			resp, err := http.Post(url, "application/json", r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d (chunked %v): status %d", c, chunked, resp.StatusCode)
+			}
+			if bad.count() > badBefore {
+				retried++
+			}
+			if got := good.requests()[before]; got.digest != digest(body) {
+				t.Errorf("request %d (chunked %v): the engine after the retry received %d bytes, want the client's %d exactly", c, chunked, got.size, len(body))
+			}
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no request went to the failing engine first: the retry was not exercised")
+	}
+	waitHeld(t, 0, "after the requests ended")
+}

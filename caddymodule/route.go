@@ -107,6 +107,9 @@ type view struct {
 	textLen   int
 	// tried lists the upstreams earlier attempts chose.
 	tried []string
+	// attempts counts this instance's Selects for the request, routed or
+	// not: each after the first is a retry.
+	attempts int
 	// charge is this request's share of the byte bound's load, and the
 	// upstream its last attempt chose.
 	charge charge
