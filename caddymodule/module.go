@@ -350,7 +350,6 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	addInstance(s)
 	if s.SyncRaw != nil {
 		mod, err := ctx.LoadModule(s, "SyncRaw")
 		if err != nil {
@@ -367,6 +366,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		}
 		s.startSync(t)
 	}
+	// Only now: other goroutines read s.sync from the list of instances.
+	addInstance(s)
+	s.startLoadReports()
 	s.logProvisioned(kept)
 	return nil
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +21,10 @@ import (
 // on the request path: Publish only queues (or drops) a copy, and
 // messages are applied on the transport's goroutine. A message is applied
 // only if it decodes and validates, has this edge's chunk size, and names
-// an upstream in this policy's own pool: a hostile publisher can at worst
-// mis-route within the pool, never intern a name, fail a request or grow
-// the index past its bound.
+// an upstream the index already knows (one in the pool of an instance
+// sharing the index) or one of this policy's static upstreams: a hostile
+// publisher can at worst mis-route within the pools, never intern a name,
+// fail a request or grow the index past its bound.
 
 // origin names this process's messages, so that it ignores its echoes.
 var origin = edgesync.NewOrigin()
@@ -53,6 +55,7 @@ type syncState struct {
 	loadBytes []int64
 
 	stopLoad chan struct{} // ends reportLoad
+	stopOnce sync.Once
 
 	applied  [4]atomic.Uint64 // by Kind
 	rejected [numRejections]atomic.Uint64
@@ -65,11 +68,35 @@ type rejection uint8
 const (
 	rejectMalformed rejection = iota // Decode failed
 	rejectShape                      // another chunk size
-	rejectUpstream                   // not in this policy's pool
+	rejectUpstream                   // not an upstream of the index's pools
+	rejectVersion                    // another wire format version
+	rejectOrigins                    // a load report from one edge too many
 	numRejections
 )
 
-var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream"}
+var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins"}
+
+// decodeRejection is why a message that failed to decode was rejected: a
+// version this build does not read is counted apart from garbage, so that
+// a rolling upgrade shows as what it is.
+//
+// A version 2 would coexist with this one as every versioned format does:
+// an edge of the new build reads both versions and keeps publishing
+// version 1 until every edge of the tier reads version 2 (a config
+// switch), so a mixed tier keeps sharing throughout; edges of this build
+// drop version 2 messages, counted as "version".
+func decodeRejection(err error) rejection {
+	if errors.Is(err, edgesync.ErrVersion) {
+		return rejectVersion
+	}
+	return rejectMalformed
+}
+
+// reject counts a message not applied.
+func (ss *syncState) reject(r rejection) {
+	ss.rejected[r].Add(1)
+	metrics.syncRejected(rejectionNames[r])
+}
 
 // encodeBufs are the buffers messages are encoded into before Publish
 // copies them.
@@ -81,16 +108,19 @@ type encodeBuf struct {
 	out    []byte
 }
 
-// startSync subscribes the instance to its transport.
+// startSync subscribes the instance to its transport. It runs before the
+// instance is published (addInstance), since other goroutines read
+// s.sync from the list of instances; the load reports start once the
+// instance is in that list (startLoadReports).
 func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
+	registerLoadOrigin(s.state.key)
 	s.sync = &syncState{
 		transport: t,
 		onlyNew:   s.SyncHashes == SyncHashesNew,
 		limits:    edgesync.Limits{MaxHashes: s.MaxChunks},
+		stopLoad:  make(chan struct{}),
 	}
 	s.sync.cancel = t.Subscribe(s.receive)
-	s.sync.stopLoad = make(chan struct{})
-	go s.reportLoad(s.sync.stopLoad)
 }
 
 // publish tells the other edges that this one sent v's prompt to dial,
@@ -144,22 +174,19 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 	ss := s.sync
 	m := &ss.recv
 	if err := m.Decode(msg, ss.limits); err != nil {
-		ss.rejected[rejectMalformed].Add(1)
-		metrics.syncRejected(rejectionNames[rejectMalformed])
+		ss.reject(decodeRejection(err))
 		return
 	}
 	if m.Origin == origin {
 		return // our own
 	}
 	if m.ChunkSize != uint32(s.ChunkSize) {
-		ss.rejected[rejectShape].Add(1)
-		metrics.syncRejected(rejectionNames[rejectShape])
+		ss.reject(rejectShape)
 		return
 	}
 	id, ok := s.upstreamID(m.Upstream)
 	if !ok {
-		ss.rejected[rejectUpstream].Add(1)
-		metrics.syncRejected(rejectionNames[rejectUpstream])
+		ss.reject(rejectUpstream)
 		return
 	}
 	ss.hashes = ss.hashes[:0]
@@ -181,30 +208,30 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 	metrics.syncApplied(m.Kind, time.Duration(lag))
 }
 
-// stopSync ends the subscription and the load reports.
+// stopSync ends the subscription and the load reports. It may be called
+// more than once.
 func (s *PrefixCacheSelection) stopSync() {
 	if s.sync == nil {
 		return
 	}
-	if s.sync.cancel != nil {
-		s.sync.cancel()
-	}
-	if s.sync.stopLoad != nil {
+	s.sync.stopOnce.Do(func() {
+		if s.sync.cancel != nil {
+			s.sync.cancel()
+		}
 		close(s.sync.stopLoad)
-	}
+	})
 }
 
-// upstreamID returns the index ID of dial if it is in this policy's pool:
-// the pool it last routed from, or, before its first request, its static
-// upstreams. It never interns a name from outside the configuration.
+// upstreamID returns the index ID of dial if the index knows it, or if it
+// is one of this policy's static upstreams (which it interns). The index
+// knows the upstreams of the pools every instance sharing it has routed
+// from, so every such instance maps a message alike, whichever of their
+// pools it is about. It never interns a name from outside the
+// configuration: the index's names all came from pools and static
+// upstreams.
 func (s *PrefixCacheSelection) upstreamID(dial string) (prefixindex.ID, bool) {
-	if t := s.upstreams.cur.Load(); t != nil && t.ix == s.state.index {
-		for i, d := range t.dials {
-			if d == dial {
-				return t.ids[i], t.ids[i] != 0
-			}
-		}
-		return 0, false
+	if id, ok := s.state.index.ID(dial); ok {
+		return id, true
 	}
 	for _, d := range s.staticDials {
 		if d == dial {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
@@ -31,6 +33,23 @@ const (
 	loadTTL = 5 * loadInterval
 )
 
+// Bounds on what load reports can make an edge hold and add up, whatever
+// a publisher on the channel sends.
+const (
+	// maxLoadOrigins is the most other edges whose reports count at once:
+	// far more than any tier has, few enough that the reports' storage
+	// and the sums below stay small. A report from one more edge is
+	// dropped, counted as too_many_origins, until a counted edge goes
+	// quiet for loadTTL.
+	maxLoadOrigins = 256
+	// maxReportRequests and maxReportBytes clamp one edge's reported
+	// load at one upstream: a million requests, 1 TiB of routing text
+	// (maxSize). Summed over maxLoadOrigins edges they stay far below
+	// what an int64 holds.
+	maxReportRequests = 1 << 20
+	maxReportBytes    = maxSize
+)
+
 // tierLoad is, per upstream ID of one index, the other edges' load: the
 // sum over their latest fresh reports.
 type tierLoad struct {
@@ -49,27 +68,47 @@ type originLoad struct {
 	bytes    []int64
 }
 
-// apply replaces what origin contributed with its new report.
-func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes []int64) {
+// apply replaces what origin contributed with its new report, and reports
+// false if it could not count it: maxLoadOrigins other edges count
+// already. A report that names none of the index's upstreams (ids is
+// empty) takes back what origin contributed and keeps no entry for it.
+// The new contribution is added before the old one is taken out, so that
+// a concurrent reader sees at worst both, never too little load.
+func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes []int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byOrigin == nil {
-		t.byOrigin = map[uint64]*originLoad{}
-	}
 	o := t.byOrigin[origin]
+	if len(ids) == 0 {
+		if o != nil {
+			t.give(o)
+			delete(t.byOrigin, origin)
+		}
+		return true
+	}
 	if o == nil {
+		if len(t.byOrigin) >= maxLoadOrigins {
+			return false
+		}
+		if t.byOrigin == nil {
+			t.byOrigin = map[uint64]*originLoad{}
+		}
 		o = &originLoad{}
 		t.byOrigin[origin] = o
+	}
+	for i, id := range ids {
+		t.requests[id].Add(min(max(requests[i], 0), maxReportRequests))
+		t.bytes[id].Add(min(max(bytes[i], 0), maxReportBytes))
 	}
 	t.give(o)
 	o.at = at
 	o.ids = append(o.ids[:0], ids...)
-	o.requests = append(o.requests[:0], requests...)
-	o.bytes = append(o.bytes[:0], bytes...)
-	for i, id := range o.ids {
-		t.requests[id].Add(o.requests[i])
-		t.bytes[id].Add(o.bytes[i])
+	o.requests = o.requests[:0]
+	o.bytes = o.bytes[:0]
+	for i := range ids {
+		o.requests = append(o.requests, min(max(requests[i], 0), maxReportRequests))
+		o.bytes = append(o.bytes, min(max(bytes[i], 0), maxReportBytes))
 	}
+	return true
 }
 
 // expire drops the reports older than loadTTL at now.
@@ -104,11 +143,61 @@ func (t *tierLoad) edges() int {
 	return len(t.byOrigin)
 }
 
+// Each index state of a process reports its own instances' load, under
+// an origin of its own: two states (two shapes of index, each with its own
+// reporter) publishing under one origin would replace each other's
+// reports on every other edge. Placements keep the process's origin.
+
+// loadOrigin is the origin of the load reports of the state with key: the
+// process's origin XOR a nonzero hash of the key.
+func loadOrigin(key string) uint64 {
+	return origin ^ (xxh3.HashString(key) | 1)
+}
+
+// loadOrigins are the load origins of every state of this process that
+// has had an instance with sync, so that a report from a sibling state
+// is known for an echo. Entries stay: a report published just before its
+// state went away may still arrive, and the set grows only with the
+// index shapes the process ever synced.
+var loadOrigins struct {
+	sync.Mutex
+	set map[uint64]bool
+}
+
+// registerLoadOrigin adds the load origin of the state with key.
+func registerLoadOrigin(key string) {
+	loadOrigins.Lock()
+	defer loadOrigins.Unlock()
+	if loadOrigins.set == nil {
+		loadOrigins.set = map[uint64]bool{}
+	}
+	loadOrigins.set[loadOrigin(key)] = true
+}
+
+// ownLoadOrigin reports whether o is the origin of this process's
+// reports.
+func ownLoadOrigin(o uint64) bool {
+	if o == origin {
+		return true
+	}
+	loadOrigins.Lock()
+	defer loadOrigins.Unlock()
+	return loadOrigins.set[o]
+}
+
+// startLoadReports starts the instance's load reports, once it is in the
+// list of instances (addInstance), which the reports read.
+func (s *PrefixCacheSelection) startLoadReports() {
+	if s.sync != nil {
+		go s.reportLoad(s.sync.stopLoad)
+	}
+}
+
 // reportLoad runs, for an instance with sync, until stop is closed: every
 // loadInterval it publishes the process's load at the upstreams of every
 // instance sharing its index (only the lowest-numbered such instance
-// does, so the process reports each upstream once), and expires the other
-// edges' stale reports.
+// does, so the process reports each upstream once per state), and
+// expires the other edges' stale reports.
 func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 	t := time.NewTicker(loadInterval)
 	defer t.Stop()
@@ -123,14 +212,20 @@ func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 			if !s.reportsForState() {
 				continue
 			}
-			report.Origin, report.Sent = origin, now.UnixNano()
-			report.Upstreams = s.localLoads(report.Upstreams[:0])
-			out = report.AppendBinary(out[:0])
+			out = s.appendLoadReport(out[:0], &report, now)
 			if s.sync.transport.Publish(out) {
 				metrics.syncPublished(edgesync.LoadKind)
 			}
 		}
 	}
+}
+
+// appendLoadReport fills report with the load of s's state at now and
+// appends its encoding to dst.
+func (s *PrefixCacheSelection) appendLoadReport(dst []byte, report *edgesync.LoadReport, now time.Time) []byte {
+	report.Origin, report.Sent = loadOrigin(s.state.key), now.UnixNano()
+	report.Upstreams = s.localLoads(report.Upstreams[:0])
+	return report.AppendBinary(dst)
 }
 
 // reportsForState reports whether s is the lowest-numbered live instance
@@ -147,7 +242,14 @@ func (s *PrefixCacheSelection) reportsForState() bool {
 
 // localLoads appends this process's load at the upstreams of the
 // instances sharing s's index, each upstream once.
+//
+// Bytes in flight are the state's own count, so each state reports its
+// own. Caddy counts an upstream's requests per process (its Host), so
+// where the pools of two states share an upstream, only one of them
+// reports its requests (see requestOwners): the other edges add up the
+// two states' reports.
 func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesync.UpstreamLoad {
+	owners := requestOwners()
 	seen := map[string]bool{}
 	eachInstance(func(x *PrefixCacheSelection) {
 		if x.state != s.state {
@@ -167,22 +269,56 @@ func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesyn
 			if ok {
 				bytes = s.state.inflight.load(id)
 			}
-			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: uint32(max(u.NumRequests(), 0)), Bytes: uint64(bytes)})
+			var requests uint32
+			if owners[u.Dial] == s.state {
+				requests = uint32(max(u.NumRequests(), 0))
+			}
+			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes)})
 		}
 	})
 	return dst
 }
 
-// receiveLoad applies another edge's load report.
+// requestOwners returns, for each upstream in the pool of an instance
+// whose state reports load (has an instance with sync), the state that
+// reports its requests: that of the lowest-numbered such instance.
+func requestOwners() map[string]*sharedState {
+	var list []*PrefixCacheSelection
+	syncing := map[*sharedState]bool{}
+	eachInstance(func(x *PrefixCacheSelection) {
+		list = append(list, x)
+		if x.sync != nil {
+			syncing[x.state] = true
+		}
+	})
+	owners := map[string]*sharedState{}
+	lowest := map[string]uint64{}
+	for _, x := range list {
+		pool := x.lastPool.Load()
+		if pool == nil || !syncing[x.state] {
+			continue
+		}
+		for _, u := range *pool {
+			if id, ok := lowest[u.Dial]; !ok || x.id < id {
+				lowest[u.Dial], owners[u.Dial] = x.id, x.state
+			}
+		}
+	}
+	return owners
+}
+
+// receiveLoad applies another edge's load report. Every instance sharing
+// the index maps it alike (upstreamID), so that instances receiving the
+// same report replace one another's application of it with the same
+// thing.
 func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 	ss := s.sync
 	r := &ss.recvLoad
 	if err := r.Decode(msg, 0); err != nil {
-		ss.rejected[rejectMalformed].Add(1)
-		metrics.syncRejected(rejectionNames[rejectMalformed])
+		ss.reject(decodeRejection(err))
 		return
 	}
-	if r.Origin == origin {
+	if ownLoadOrigin(r.Origin) {
 		return
 	}
 	ss.loadIDs, ss.loadReq, ss.loadBytes = ss.loadIDs[:0], ss.loadReq[:0], ss.loadBytes[:0]
@@ -192,10 +328,16 @@ func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 			continue // not ours: nothing to bound
 		}
 		ss.loadIDs = append(ss.loadIDs, id)
-		ss.loadReq = append(ss.loadReq, int64(min(u.Requests, 1<<20)))
-		ss.loadBytes = append(ss.loadBytes, int64(min(u.Bytes, 1<<50)))
+		ss.loadReq = append(ss.loadReq, int64(min(u.Requests, maxReportRequests)))
+		ss.loadBytes = append(ss.loadBytes, int64(min(u.Bytes, maxReportBytes)))
 	}
-	s.state.tier.apply(r.Origin, time.Now(), ss.loadIDs, ss.loadReq, ss.loadBytes)
+	if !s.state.tier.apply(r.Origin, time.Now(), ss.loadIDs, ss.loadReq, ss.loadBytes) {
+		ss.reject(rejectOrigins)
+		return
+	}
+	if len(ss.loadIDs) == 0 {
+		return // about other pools: nothing applied
+	}
 	ss.applied[edgesync.LoadKind].Add(1)
 	metrics.syncApplied(edgesync.LoadKind, time.Duration(time.Now().UnixNano()-r.Sent))
 }
