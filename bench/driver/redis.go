@@ -267,6 +267,66 @@ func Ping(ctx context.Context, addr string) error {
 	return nil
 }
 
+// Subscribers returns how many connections are subscribed to channel on
+// the server at addr (PUBSUB NUMSUB).
+func Subscribers(ctx context.Context, addr, channel string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "*3\r\n$6\r\nPUBSUB\r\n$6\r\nNUMSUB\r\n$%d\r\n%s\r\n", len(channel), channel); err != nil {
+		return 0, err
+	}
+	// The answer is an array of the channel's name and its count:
+	// *2, $len, the name, :count.
+	br := bufio.NewReader(conn)
+	var lines [4]string
+	for i := range lines {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		lines[i] = strings.TrimRight(line, "\r\n")
+	}
+	if lines[0] != "*2" || lines[2] != channel || !strings.HasPrefix(lines[3], ":") {
+		return 0, fmt.Errorf("PUBSUB NUMSUB answered %q", lines)
+	}
+	return strconv.Atoi(lines[3][1:])
+}
+
+// WaitSubscribers waits until at least n connections are subscribed to
+// channel on r, so that a replay starts with every edge receiving what
+// the others publish, and not with the first placements lost to edges
+// still connecting.
+func (r *Redis) WaitSubscribers(ctx context.Context, channel string, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	seen := 0
+	for {
+		got, err := Subscribers(ctx, r.Addr, channel)
+		if err == nil {
+			if got >= n {
+				return nil
+			}
+			seen = got
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d edges subscribed to %q within %v", seen, n, channel, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
 // outputText returns a process's output for an error message, or "".
 func outputText(b *tailBuffer) string {
 	s := bytes.TrimSpace(b.Bytes())

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // requireRedis skips the test when redis-server is not installed, saying
@@ -142,5 +143,40 @@ func TestPing(t *testing.T) {
 	}
 	if err := Ping(context.Background(), closed[0]); err == nil {
 		t.Errorf("Ping(a closed port): no error")
+	}
+}
+
+// WaitSubscribers counts the connections subscribed to a channel, and
+// gives up, saying how many there were, when too few subscribe in time.
+func TestRedisWaitSubscribers(t *testing.T) {
+	requireRedis(t)
+	ctx := context.Background()
+	r, err := StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+	if n, err := Subscribers(ctx, r.Addr, "edges"); err != nil || n != 0 {
+		t.Fatalf("Subscribers before any = %d, %v; want 0", n, err)
+	}
+	for range 2 {
+		conn, err := net.Dial("tcp", r.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := conn.Write([]byte("*2\r\n$9\r\nSUBSCRIBE\r\n$5\r\nedges\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.WaitSubscribers(ctx, "edges", 2, 10*time.Second); err != nil {
+		t.Fatalf("WaitSubscribers(2) = %v", err)
+	}
+	if n, err := Subscribers(ctx, r.Addr, "edges"); err != nil || n != 2 {
+		t.Errorf("Subscribers = %d, %v; want 2", n, err)
+	}
+	err = r.WaitSubscribers(ctx, "edges", 3, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "2 of 3") {
+		t.Errorf("WaitSubscribers(3) = %v, want an error naming 2 of 3", err)
 	}
 }

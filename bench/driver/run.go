@@ -111,10 +111,13 @@ type Run struct {
 	// Edges is the number of Caddy instances the requests were spread
 	// over, EdgeRequests the requests sent to each, and Sync what the
 	// edges shared placements through: "redis", or "" for nothing (also
-	// for a policy with nothing to sync).
-	Edges        int    `json:"edges"`
-	EdgeRequests []int  `json:"edge_requests,omitempty"`
-	Sync         string `json:"sync,omitempty"`
+	// for a policy with nothing to sync). EdgeProcesses says whether the
+	// edges ran as child processes (always, for more than one), not in the
+	// benchmark's own process.
+	Edges         int    `json:"edges"`
+	EdgeProcesses bool   `json:"edge_processes"`
+	EdgeRequests  []int  `json:"edge_requests,omitempty"`
+	Sync          string `json:"sync,omitempty"`
 
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
@@ -354,7 +357,7 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 	lag := percentiles(probe.lags, 1)
 	run.TimerLag = Percentiles{P50: 1000 * lag.P50, P90: 1000 * lag.P90, P99: 1000 * lag.P99}
 	run.Policy, run.QPS, run.Users = p.Name, l.QPS, l.Users
-	run.Edges, run.Sync = len(edges.urls), edges.sync
+	run.Edges, run.Sync, run.EdgeProcesses = len(edges.urls), edges.sync, !edges.local
 	if run.Edges > 1 {
 		run.EdgeRequests = make([]int, run.Edges)
 		for _, r := range rp.records {

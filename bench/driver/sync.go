@@ -3,10 +3,8 @@ package driver
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"strings"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule"
+	"github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )
 
 // SyncRedis is Config.Sync's value for edges sharing placements through a
@@ -75,16 +73,37 @@ func setSync(v any, transport, url string) int {
 	return n
 }
 
-// SyncSupported reports whether prefix_cache has a "sync" config field
-// (issue 15, being written in parallel). Until it does, a config with
-// sync is rejected, and the end-to-end tests that need it skip, saying
-// so; they run by themselves once the field lands.
-func SyncSupported() bool {
-	t := reflect.TypeFor[caddymodule.PrefixCacheSelection]()
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == "sync" {
-			return true
+// syncChannel returns the Pub/Sub channel of the first prefix_cache
+// policy's sync in the JSON Caddy config raw: its channel, or the
+// transport's default.
+func syncChannel(raw []byte) string {
+	var cfg any
+	if json.Unmarshal(raw, &cfg) == nil {
+		if c := findChannel(cfg); c != "" {
+			return c
 		}
 	}
-	return false
+	return redis.DefaultChannel
+}
+
+func findChannel(v any) string {
+	switch v := v.(type) {
+	case map[string]any:
+		if s, ok := v["sync"].(map[string]any); ok && v["policy"] == "prefix_cache" {
+			c, _ := s["channel"].(string)
+			return c
+		}
+		for _, c := range v {
+			if ch := findChannel(c); ch != "" {
+				return ch
+			}
+		}
+	case []any:
+		for _, c := range v {
+			if ch := findChannel(c); ch != "" {
+				return ch
+			}
+		}
+	}
+	return ""
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 )
@@ -78,26 +79,26 @@ func startTier(ctx context.Context, cfg Config, upstreams []string, p Policy) (*
 	if n == 1 && !cfg.EdgeProcesses {
 		if err := caddy.Load(configs[0], true); err != nil {
 			t.stop()
-			return nil, fmt.Errorf("loading Caddy config: %w%s", err, t.syncHint())
+			return nil, fmt.Errorf("loading Caddy config: %w", err)
 		}
 		t.local = true
-		return t, nil
-	}
-	if t.edges, err = StartEdges(ctx, configs, listens); err != nil {
+	} else if t.edges, err = StartEdges(ctx, configs, listens); err != nil {
 		t.stop()
-		return nil, fmt.Errorf("starting %d edges: %w%s", n, err, t.syncHint())
+		return nil, fmt.Errorf("starting %d edges: %w", n, err)
+	}
+	if t.redis != nil {
+		// Each edge process holds one subscription per channel.
+		if err := t.redis.WaitSubscribers(ctx, syncChannel(configs[0]), n, syncConnectTimeout); err != nil {
+			t.stop()
+			return nil, fmt.Errorf("edges syncing: %w", err)
+		}
 	}
 	return t, nil
 }
 
-// syncHint explains a rejected config when it is the sync option that
-// this build's prefix_cache does not know.
-func (t *tier) syncHint() string {
-	if t.sync != "" && !SyncSupported() {
-		return " (this build's prefix_cache has no sync option)"
-	}
-	return ""
-}
+// syncConnectTimeout bounds the wait for every edge to subscribe to the
+// sync channel; on loopback they do within milliseconds of loading.
+const syncConnectTimeout = 30 * time.Second
 
 // stop stops the edges, then the redis-server; it returns their errors,
 // an edge that crashed during the run among them. stop is idempotent.

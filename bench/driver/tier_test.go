@@ -48,16 +48,12 @@ func TestBenchmarkEdges(t *testing.T) {
 }
 
 // TestBenchmarkEdgesSync is TestBenchmarkEdges with the edges sharing
-// placements through a real redis-server: it runs once prefix_cache has
-// its sync option.
+// placements through a real redis-server.
 func TestBenchmarkEdgesSync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs redis-server, two Caddy processes and engines for a few seconds")
 	}
 	requireRedis(t)
-	if !SyncSupported() {
-		t.Skip("skipped: prefix_cache has no sync option yet (issue 15); this test runs once it has")
-	}
 	res := benchmarkEdges(t, smallSharedPrefix(t, 32), 2, 1, SyncRedis)
 	if run := res.Runs[0]; run.Sync != SyncRedis {
 		t.Errorf("run sync = %q, want redis", run.Sync)

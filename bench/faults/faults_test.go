@@ -79,10 +79,6 @@ func TestFaultsRedis(t *testing.T) {
 		t.Skipf("skipped %s: %s", t.Name(), driver.RedisNotFound)
 	}
 	sync := driver.SyncRedis
-	if !driver.SyncSupported() {
-		t.Log("prefix_cache has no sync option yet (issue 15): running the redis fault as a control, edges not attached to Redis")
-		sync = ""
-	}
 	const clients = 8
 	cfg := engine.DefaultConfig()
 	cfg.TimeScale = 0.05

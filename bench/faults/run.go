@@ -274,12 +274,12 @@ http://%s {
 	var edges []*driver.Edge
 	if len(configs) == 1 {
 		if err := caddy.Load(configs[0], true); err != nil {
-			return res, fmt.Errorf("loading Caddy: %w%s", err, syncHint(res.Sync))
+			return res, fmt.Errorf("loading Caddy: %w", err)
 		}
 		defer caddy.Stop()
 	} else {
 		if edges, err = driver.StartEdges(ctx, configs, listens); err != nil {
-			return res, fmt.Errorf("starting %d edges: %w%s", len(configs), err, syncHint(res.Sync))
+			return res, fmt.Errorf("starting %d edges: %w", len(configs), err)
 		}
 		defer driver.StopEdges(edges)
 	}
@@ -437,15 +437,6 @@ http://%s {
 		}
 	}
 	return res, nil
-}
-
-// syncHint explains a rejected config when it is the sync option that
-// this build's prefix_cache does not know.
-func syncHint(sync string) string {
-	if sync != "" && !driver.SyncSupported() {
-		return " (this build's prefix_cache has no sync option)"
-	}
-	return ""
 }
 
 // ask sends one chat turn and returns the assistant's answer, or why the
