@@ -44,8 +44,9 @@ import (
 const DefaultBodyBudgetFraction = 0.125
 
 // DefaultBodyBudgetMax caps the default body budget, and is the default
-// without a memory limit: 256 MiB is 64 bodies of the default max_body at
-// once, or a thousand 256 KiB agent contexts. Buffers are held only while
+// without a memory limit: 256 MiB leaves buffers 128 MiB at the default
+// GOGC (see gcHeadroom), about 25 bodies of the default max_body at once,
+// or 500 agent contexts of 256 KiB. Buffers are held only while
 // a request is read and sent to its engine (reuse.go), not while its
 // response streams, so legitimate traffic rarely reaches it; a burst
 // beyond it is served through the fallback policy rather than held.

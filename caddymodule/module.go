@@ -122,7 +122,8 @@ type PrefixCacheSelection struct {
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	// Most bytes the request-body buffers of every prefix_cache policy in
-	// the process may hold at once, counted at their allocated size; a
+	// the process may hold at once, counted at their allocated size times
+	// the garbage collector's headroom (1 + GOGC/100: twice, by default); a
 	// body that would take them past it is not read (or, arriving without
 	// a length, stops being read) and goes to the fallback policy,
 	// untouched. Default: an eighth of the process's memory limit
@@ -428,6 +429,8 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("tenant_share must be from 0 to 1, got %v", *s.TenantShare)
 	case s.ForgetAfter != 0 && s.ForgetAfter < MinForgetAfter:
 		return fmt.Errorf("forget_after must be at least %v, got %v", time.Duration(MinForgetAfter), time.Duration(s.ForgetAfter))
+	case s.ForgetAfter > MaxForgetAfter:
+		return fmt.Errorf("forget_after must be at most %v, got %v", time.Duration(MaxForgetAfter), time.Duration(s.ForgetAfter))
 	case s.AllowEmptyTenant && s.Tenant == "":
 		return fmt.Errorf("allow_empty_tenant needs tenant")
 	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:

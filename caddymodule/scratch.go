@@ -34,16 +34,15 @@ func putScratch(sc *scratch) {
 // Routing-text buffers are as large as a request's rendered text (up to
 // max_chunks x chunk_size, 512 KiB by default) and live only while one
 // request is derived, which is CPU-bound: at most about GOMAXPROCS at
-// once. A sync.Pool drops them at every garbage collection, and under a
-// burst of long prompts each derive then allocated a fresh one: 512 KiB of
-// garbage per request, which the collector's headroom doubled in Caddy's
-// resident set (bench/memory). A small free list keeps them instead, and
+// once. A sync.Pool would drop them at every garbage collection, and under
+// a burst of long prompts each derive would allocate a fresh one: 512 KiB
+// of garbage per request, which the collector's headroom doubles in
+// Caddy's resident set (bench/memory). A small free list keeps them, and
 // they count against the body budget like the bodies they are made from.
 
 // maxScratchText is the largest text buffer kept: the text of a body of
-// the default max_body, plus the rounding of its allocation. (It was
-// 1 MiB, and a text near 1 MiB was then regrown on every request:
-// route/1MB allocated 7.3 MB, see docs/overhead.md.)
+// the default max_body, plus the rounding of its allocation, so that no
+// text of a routable body is regrown on every request.
 const maxScratchText = DefaultMaxBody + DefaultMaxBody/8
 
 // textBufs is the free list of routing-text buffers, two per P.

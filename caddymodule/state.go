@@ -25,6 +25,10 @@ const DefaultForgetAfter = caddy.Duration(time.Minute)
 // janitor's clock, which wakes at most every clockTick.
 const MinForgetAfter = caddy.Duration(clockTick)
 
+// MaxForgetAfter is the longest forget_after: far beyond any use, and far
+// below what the clock's 32-bit ticks hold (13 years).
+const MaxForgetAfter = caddy.Duration(365 * 24 * time.Hour)
+
 // clockTick is the resolution of the janitor's clock, in which upstreams'
 // last sightings are kept.
 const clockTick = 100 * time.Millisecond
@@ -247,7 +251,8 @@ func eachInstance(fn func(*PrefixCacheSelection)) {
 
 // notePool remembers pool as the instance's current upstreams. A static
 // pool is the same slice on every request, so this stores once per config;
-// a dynamic source's pool is stored when its slice changes.
+// Caddy's dynamic upstreams build a new slice per request, each stored (one
+// small allocation and a pointer store).
 func (s *PrefixCacheSelection) notePool(pool reverseproxy.UpstreamPool) {
 	if len(pool) == 0 {
 		return

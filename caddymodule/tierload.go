@@ -15,10 +15,9 @@ import (
 // it has in flight at each upstream (requests and bytes of routing text)
 // every loadInterval, and adds what the others report to its own counts
 // before it bounds a candidate, so the load bound holds for the whole
-// tier: four edges no longer admit four allowances onto one replica. A
-// report older than loadTTL (its edge stopped, or the transport is down)
-// no longer counts, so without sync an edge bounds by its own load alone,
-// as before.
+// tier: four edges admit one allowance onto a replica, not four. A report
+// older than loadTTL (its edge stopped, or the transport is down) does not
+// count, so an edge without fresh reports bounds by its own load alone.
 
 const (
 	// loadInterval is how often an edge reports its load: often enough

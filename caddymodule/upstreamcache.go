@@ -130,8 +130,8 @@ func newUpstreamTable(ix *prefixindex.Index, pool reverseproxy.UpstreamPool) *up
 		t.keys[i] = xxh3.HashString(u.Dial)
 	}
 	// One clone of the index's name table for the whole pool (Intern
-	// clones it per new name); an upstream that cannot be interned keeps
-	// ID 0, as before.
+	// clones it per new name); an upstream that cannot be interned (the
+	// name table is full) keeps ID 0: routed to, never indexed.
 	t.ids, _ = ix.InternAll(t.dials, t.ids)
 	return t
 }
