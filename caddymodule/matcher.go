@@ -95,10 +95,12 @@ func (m MatchModel) MatchWithError(r *http.Request) (bool, error) {
 func modelOf(r *http.Request) (string, bool) {
 	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
 	if p == nil {
-		// No reverse_proxy handler is known here, so a retry might ask
-		// for the body after it was sent: keep it until the policy, if
-		// any, says otherwise.
-		p = peekRequest(r, DefaultMaxBody, defaultBodyBudget(), true)
+		// Not kept after it was sent: a prefix_cache policy that routes
+		// this request says before the body is sent whether its retries
+		// need it (route sets keep), and nothing else can send it again,
+		// so a handler with a stock policy lets it go once the engine has
+		// read it rather than hold it while the response streams.
+		p = peekRequest(r, DefaultMaxBody, defaultBodyBudget(), false)
 	}
 	if p.skip != skipNone {
 		return "", false

@@ -115,6 +115,14 @@ func TestBodyReleasedWhileResponseStreams(t *testing.T) {
 // client's body by then: without the policy's copy, stock Caddy sends a
 // broken body unless request_buffers holds it.)
 func TestRetryOnStatusSendsTheWholeBodyAgain(t *testing.T) {
+	for _, matcher := range []string{"", "@any model *\n\t"} {
+		t.Run(fmt.Sprintf("matcher %q", matcher), func(t *testing.T) { retryOnStatusSendsTheWholeBodyAgain(t, matcher) })
+	}
+}
+
+// retryOnStatusSendsTheWholeBodyAgain is the test, behind matcher (and a
+// model matcher, which reads the body first, names it @any).
+func retryOnStatusSendsTheWholeBodyAgain(t *testing.T, matcher string) {
 	bad := newBackend(t, "bad")
 	bad.handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		w.WriteHeader(http.StatusBadGateway) // after reading it all
@@ -122,7 +130,11 @@ func TestRetryOnStatusSendsTheWholeBodyAgain(t *testing.T) {
 	}
 	good := newBackend(t, "good")
 	port := freePort(t)
-	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s %s {\n\t\tlb_policy prefix_cache\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, bad.addr(), good.addr()))
+	use := ""
+	if matcher != "" {
+		use = "@any "
+	}
+	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\t%sreverse_proxy %s%s %s {\n\t\tlb_policy prefix_cache\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, matcher, use, bad.addr(), good.addr()))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 	retried := 0
 	for c := range 24 {
@@ -319,4 +331,29 @@ func TestRetryOnStatusResendsAnUnroutedBody(t *testing.T) {
 		t.Fatal("no request went to the failing engine first: the retry was not exercised")
 	}
 	waitHeld(t, 0, "after the requests ended")
+}
+
+// A body the model matcher read for a reverse_proxy whose policy is not
+// prefix_cache goes back once the engine has read it, while the response
+// streams: nothing of that handler can send it again.
+func TestModelMatcherBodyReleasedWithAStockPolicy(t *testing.T) {
+	waitHeld(t, 0, "before the test")
+	release := make(chan struct{})
+	up := streamingBackend(t, release)
+	port := freePort(t)
+	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\t@any model *\n\treverse_proxy @any %s {\n\t\tlb_policy round_robin\n\t\tflush_interval -1\n\t}\n}\n", port, up))
+	body := []byte(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, words("matcher-release", 20000)))
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "data:") {
+		t.Fatalf("status %d, first event %q, %v", resp.StatusCode, first, err)
+	}
+	waitBuffers(t, 0, "while the response streams")
+	close(release)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitHeld(t, 0, "after the response ended")
 }

@@ -182,7 +182,8 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 	}
 	p.buf.unpin()
 	// This handler knows whether its retries may need the body after it
-	// was sent; a body the model matcher read waited for it to say so.
+	// was sent; it says so before the body is sent (for a body the model
+	// matcher read, for the first time).
 	p.buf.setKeep(s.keepBody(r))
 	p.mu.Lock()
 	if p.finished {
