@@ -26,7 +26,7 @@
 // exact bytes back), text.go extracts the message texts some routers
 // join, pool.go holds what the modules share, scrape.go polls the
 // engines' /metrics for llm-d, kvsub.go follows their KV event streams
-// for Dynamo. docs/peers.md has the benchmark results.
+// for Dynamo. docs/peers.md describes the comparison and how to run it.
 //
 // The peers read the prompt as their upstreams do, from the routing text
 // of prefix_cache (see caddymodule/dialect): SGLang joins the message
