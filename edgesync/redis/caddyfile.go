@@ -17,11 +17,15 @@ import (
 //		buffer       <messages>
 //		dial_timeout <duration>
 //		timeout      <duration>
+//		tls_trusted_ca_certs <pem_files...>
+//		tls_client_auth      <cert_file> <key_file>
+//		tls_server_name      <server_name>
 //	}
 //
 // The URL is given once, on the line or in the block:
 // redis://[[user]:password@]host[:port][/db], or rediss:// for TLS; it
-// may be a placeholder such as {env.REDIS_URL}.
+// may be a placeholder such as {env.REDIS_URL}. The tls_ options, named
+// as those of Caddy's HTTP transport, need a rediss:// URL.
 func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume module name
 	if d.NextArg() {
@@ -62,6 +66,23 @@ func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := duration(d, "timeout", &t.Timeout); err != nil {
 				return err
 			}
+		case "tls_trusted_ca_certs":
+			files := d.RemainingArgs()
+			if len(files) == 0 {
+				return d.ArgErr()
+			}
+			t.tls().RootCAPEMFiles = append(t.tls().RootCAPEMFiles, files...)
+		case "tls_client_auth":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("tls_client_auth needs a certificate file and a key file, got %d arguments", len(args))
+			}
+			t.tls().ClientCertificateFile, t.tls().ClientCertificateKeyFile = args[0], args[1]
+		case "tls_server_name":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			t.tls().ServerName = d.Val()
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}
@@ -93,3 +114,11 @@ func duration(d *caddyfile.Dispenser, name string, dst *caddy.Duration) error {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*Transport)(nil)
+
+// tls returns the transport's TLS settings, creating them.
+func (t *Transport) tls() *TLS {
+	if t.TLS == nil {
+		t.TLS = new(TLS)
+	}
+	return t.TLS
+}

@@ -101,6 +101,11 @@ type Transport struct {
 	// Default: `3s`.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
+	// TLS settings of a rediss:// URL: the CAs to trust, a client
+	// certificate, the server name. Default: the system's roots, no client
+	// certificate, the URL's host.
+	TLS *TLS `json:"tls,omitempty"`
+
 	key     connKey
 	conn    *conn
 	mu      sync.Mutex
@@ -126,6 +131,7 @@ type connKey struct {
 	url, channel string
 	buffer       int
 	dial, rw     time.Duration
+	tls          uint64 // digest of the TLS settings' files, 0 without
 	edge         string
 }
 
@@ -165,8 +171,17 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 	opt.DialTimeout = time.Duration(t.DialTimeout)
 	opt.ReadTimeout = time.Duration(t.Timeout)
 	opt.WriteTimeout = time.Duration(t.Timeout)
+	var tlsDigest uint64
+	if t.TLS != nil {
+		if opt.TLSConfig == nil {
+			return errors.New("tls settings need a rediss:// url")
+		}
+		if opt.TLSConfig, tlsDigest, err = t.TLS.config(opt.TLSConfig); err != nil {
+			return err
+		}
+	}
 
-	t.key = connKey{rawURL, channel, t.Buffer, opt.DialTimeout, opt.ReadTimeout, t.edge}
+	t.key = connKey{rawURL, channel, t.Buffer, opt.DialTimeout, opt.ReadTimeout, tlsDigest, t.edge}
 	v, _, err := conns.LoadOrNew(t.key, func() (caddy.Destructor, error) {
 		minB, maxB := minBackoff, maxBackoff
 		if t.backoff[0] > 0 {
