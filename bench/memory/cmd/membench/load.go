@@ -118,9 +118,8 @@ func h2cClient() *http.Client {
 // answer to its end, and returns the errors. headers, if not nil, is
 // closed once every request has its response headers (every upload is
 // done, and the answers stream).
-func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]byte, headers chan<- struct{}) (errors int) {
+func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]byte, headers chan<- struct{}, errs *errTally) {
 	var wg sync.WaitGroup
-	var errs atomic.Int64
 	var answered atomic.Int64
 	start := make(chan struct{})
 	answer := func() {
@@ -135,29 +134,21 @@ func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]by
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := c.Do(req)
 			answer()
-			if err != nil {
-				errs.Add(1)
-				return
-			}
-			if drain(resp.Body) != nil || resp.StatusCode != http.StatusOK {
-				errs.Add(1)
-			}
-			resp.Body.Close()
+			errs.response(resp, err)
 		})
 	}
 	close(start)
 	wg.Wait()
-	return int(errs.Load())
 }
 
 // steady keeps n requests streaming at once, as n clients that each
 // send their next request when their answer ends: client i first sends
 // at i x stream/n, so uploads are spread over time as in a running
 // service, and every client keeps sending until dur has passed since the
-// start. It returns the requests sent and the errors.
-func steady(ctx context.Context, c *http.Client, url string, n int, stream, dur time.Duration, bodies [][]byte) (sent, errors int) {
+// start. It returns the requests sent.
+func steady(ctx context.Context, c *http.Client, url string, n int, stream, dur time.Duration, bodies [][]byte, errs *errTally) (sent int) {
 	var wg sync.WaitGroup
-	var nsent, errs atomic.Int64
+	var nsent atomic.Int64
 	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
@@ -168,19 +159,55 @@ func steady(ctx context.Context, c *http.Client, url string, n int, stream, dur 
 				req.Header.Set("Content-Type", "application/json")
 				nsent.Add(1)
 				resp, err := c.Do(req)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				if drain(resp.Body) != nil || resp.StatusCode != http.StatusOK {
-					errs.Add(1)
-				}
-				resp.Body.Close()
+				errs.response(resp, err)
 			}
 		})
 	}
 	wg.Wait()
-	return int(nsent.Load()), int(errs.Load())
+	return int(nsent.Load())
+}
+
+// errTally counts failed requests by what failed: a status, a transport
+// error or a broken answer, each kind by its first text.
+type errTally struct {
+	mu    sync.Mutex
+	n     int
+	kinds map[string]int
+}
+
+// response drains and closes resp (if any) and counts it if it failed.
+func (t *errTally) response(resp *http.Response, err error) {
+	var kind string
+	switch {
+	case err != nil:
+		kind = "request: " + err.Error()
+	default:
+		derr := drain(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode != http.StatusOK:
+			kind = "status " + resp.Status
+		case derr != nil:
+			kind = "answer: " + derr.Error()
+		default:
+			return
+		}
+	}
+	// Addresses and ports differ per connection: keep the kinds few.
+	if len(kind) > 120 {
+		kind = kind[:120]
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n++
+	if t.kinds == nil {
+		t.kinds = map[string]int{}
+	}
+	if len(t.kinds) < 8 {
+		t.kinds[kind]++
+	} else {
+		t.kinds["other"]++
+	}
 }
 
 // probe sends n small chat requests one after another and returns their

@@ -80,7 +80,9 @@ type cell struct {
 	// BudgetSkips is how many requests the budget sent to the fallback.
 	BudgetSkips float64 `json:"budget_skips"`
 	Errors      int     `json:"errors"`
-	Seconds     float64 `json:"seconds"`
+	// ErrorKinds counts the errors by their first text.
+	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
+	Seconds    float64        `json:"seconds"`
 	// Probe latencies (to the first event) before and during an attack.
 	ProbeBeforeP50 float64 `json:"probe_before_p50_ms,omitempty"`
 	ProbeBeforeP99 float64 `json:"probe_before_p99_ms,omitempty"`
@@ -157,6 +159,9 @@ func run(o options) error {
 					cells = append(cells, c)
 					fmt.Fprintf(os.Stderr, "load %-12s %7s x %4d: rest %s, peak %s (heap %s), bodies in use %s, allocated %s, budget skips %.0f, errors %d; streaming: RSS %s, in use %s (%.1fs)\n",
 						pol, sz, n, mib(c.RestRSS), mib(c.PeakRSS), mib(int64(c.PeakHeap)), mib(int64(c.PeakInUse)), mib(int64(c.PeakAllocated)), c.BudgetSkips, c.Errors, mib(c.StreamingRSS), mib(int64(c.StreamingInUse)), c.Seconds)
+					for kind, k := range c.ErrorKinds {
+						fmt.Fprintf(os.Stderr, "\t%d x %s\n", k, kind)
+					}
 				}
 			}
 		}
@@ -257,14 +262,14 @@ func measureLoad(o options, dir string, eng *engines, policy string, bodies [][]
 		streamingInUse = c.metric("caddy_prefix_cache_body_bytes_in_use")["caddy_prefix_cache_body_bytes_in_use"]
 	}()
 	url := c.site + "/v1/chat/completions"
-	var errs int
+	var errs errTally
 	requests := n
 	if o.arrivals == "steady" {
 		t := time.AfterFunc(o.stream, func() { close(headers) })
 		defer t.Stop()
-		requests, errs = steady(context.Background(), client(), url, n, o.stream, 3*o.stream, bodies)
+		requests = steady(context.Background(), client(), url, n, o.stream, 3*o.stream, bodies, &errs)
 	} else {
-		errs = burst(context.Background(), client(), url, n, bodies, headers)
+		burst(context.Background(), client(), url, n, bodies, headers, &errs)
 	}
 	<-sampled
 	pk := s.stop()
@@ -278,7 +283,7 @@ func measureLoad(o options, dir string, eng *engines, policy string, bodies [][]
 		RestRSS: rest, PeakRSS: max(pk.RSS, hwm), PeakInUse: pk.InUse, PeakAllocated: pk.Allocated, PeakHeap: pk.Heap,
 		Budget:      m["caddy_prefix_cache_body_budget_bytes"],
 		BudgetSkips: m[`caddy_prefix_cache_body_peeks_total{outcome="budget"}`],
-		Errors:      errs, Seconds: time.Since(start).Seconds(),
+		Errors:      errs.n, ErrorKinds: errs.kinds, Seconds: time.Since(start).Seconds(),
 	}, nil
 }
 
