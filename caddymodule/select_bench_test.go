@@ -42,7 +42,8 @@ import (
 // for a new request, without counting the allocation of an http.Request
 // and its context, which Caddy makes whatever the policy.
 //
-// docs/overhead.md has the figures and the commands.
+// bench/overhead/micro.sh runs them; docs/overhead.md says how to read
+// them.
 
 // benchSizes are the body sizes of the size sub-benchmarks.
 var benchSizes = []int{1 << 10, 16 << 10, 128 << 10, 1 << 20}
@@ -230,9 +231,9 @@ func (br *benchRequest) reset() {
 // BenchmarkSelect routes one chat request per iteration through Select,
 // over 8 upstreams and the default index (1M entries), by body size.
 // warm: the same conversation every time (every chunk matches, Record
-// refreshes them). cold: a new conversation every time (Depths stops at
-// the first chunk, Record inserts every chunk, evicting once the index is
-// full).
+// refreshes them). cold: a new conversation every time (Depths looks up
+// every chunk and finds none, Record inserts every chunk, evicting once
+// the index is full).
 func BenchmarkSelect(b *testing.B) {
 	s := newBenchSelection(b, prefixindex.DefaultMaxEntries)
 	pool := benchPool(8)

@@ -86,7 +86,7 @@ func getScaleIndex(n int) *scaleIndex {
 // its entries are rarely in the CPU caches (includes ~0.2 µs to compute
 // its 64 hashes); spread-depths the same without Record, which says what
 // Record's LRU relinking adds. cold: 64 new chunks (Depths
-// stops at the first; Record inserts 64 entries, evicting 64). B/entry is
+// looks up all 64 and finds none; Record inserts 64 entries, evicting 64). B/entry is
 // the heap the full index took, from runtime.MemStats.
 func BenchmarkEntries(b *testing.B) {
 	const chunks = 64

@@ -75,8 +75,7 @@ const (
 // this policy adds to the proxied request; the partial last block and
 // cache salts are ignored; no per-request config overrides, no host,
 // disk or shared cache tiers, no busy thresholds or queueing (off by
-// default upstream). Until issue 16 this peer was the approximate mode
-// and left out the queued prefill tokens; that mode is now
+// default upstream). The approximate mode, without KV events, is
 // DynamoApproxSelection.
 type DynamoSelection struct {
 	dynamoCore

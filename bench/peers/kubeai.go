@@ -48,8 +48,7 @@ const (
 // "\n" (KubeAI joins them with nothing; the benchmark sends strings);
 // endpoints are named by their Dial on the ring (KubeAI: by pod name);
 // loads are Caddy's in-flight counts of this Caddy (KubeAI: its own, the
-// same thing). Until issue 16 the bound was load + 1 <= ..., one request
-// stricter than KubeAI's.
+// same thing).
 type KubeAISelection struct {
 	// Characters of the first user message that are hashed. Default: `100`.
 	PrefixCharLength int `json:"prefix_char_length,omitempty"`

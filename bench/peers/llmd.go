@@ -82,9 +82,7 @@ const (
 // selection (GIE: in PreRequest, asynchronously); an upstream not yet
 // scraped is scraped once before its first decision (the EPP has scraped
 // its pods before they get traffic); no cache salt (the benchmark sends
-// none); one indexer per module. Until issue 16 the peer did not read
-// vllm:cache_config_info, so its LRU believed 31,250 blocks of every
-// engine, and it did not hash the trailing partial block.
+// none); one indexer per module.
 type LLMDSelection struct {
 	// Size the block and each server's LRU from the engines'
 	// vllm:cache_config_info. Default: `true`.

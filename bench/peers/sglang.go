@@ -66,9 +66,7 @@ const (
 // creator left, the lowest id stands for DashMap's first; loads are
 // Caddy's in-flight counts of this Caddy (SMG: its own, the same thing);
 // one tree per module rather than per model (the benchmark serves one
-// model). Until issue 16 the peer sent a miss to the worker with the
-// smallest tree (SMG's older rule, changed in sglang PR #14650) and
-// reported the most recent tenant of a node.
+// model).
 type SGLangSelection struct {
 	// Share of the request's text a worker must hold to be chosen for it.
 	// Default: `0.3`.

@@ -46,8 +46,6 @@ const (
 //
 // Deviations: the prompt comes from the routing text, so text parts of one
 // message are joined with "\n" (upstream: " "); endpoints are Dials.
-// Until issue 16 the peer broke ties by the lowest request rate and kept
-// one trie per model and path, both in its favour and neither upstream's.
 type VLLMStackSelection struct {
 	// Characters of prompt per trie level. Default: `128`.
 	ChunkSize int `json:"chunk_size,omitempty"`

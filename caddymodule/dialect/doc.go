@@ -202,8 +202,8 @@
 // same body is rendered again and again, and at 1.3-1.6 GB/s on a stream
 // of distinct bodies (the branch predictors cannot learn where their
 // escapes are), and Append does not allocate when dst has room for the
-// text. bench_test.go and docs/overhead.md have the numbers and the
-// alternatives measured.
+// text. bench_test.go has the alternatives measured; BenchmarkAppend
+// measures it (bench/overhead/micro.sh, docs/overhead.md).
 //
 // Crafted bodies cost more per byte, as much as the budget lets them.
 // BenchmarkAdversarial measures the costliest shapes found by reading the
