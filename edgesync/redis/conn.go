@@ -104,9 +104,11 @@ func newConn(opt *goredis.Options, endpoint, channel string, buffer int, minB, m
 }
 
 // Destruct stops both goroutines and closes the connections; the usage
-// pool calls it when the last config lets go. It returns within Timeout:
-// closing the subscription ends the subscriber at once, and a PUBLISH
-// pipeline under way ends by its read and write timeouts at the latest.
+// pool calls it when the last config lets go. Closing the subscription
+// ends the subscriber at once; a PUBLISH pipeline under way to a Redis
+// that stopped answering ends by its write timeout and then its read
+// timeout (go-redis does not interrupt I/O on the cancelled context), so
+// Destruct returns within twice Timeout, and at once in every other case.
 func (c *conn) Destruct() error {
 	c.cancel()
 	c.mu.Lock()
