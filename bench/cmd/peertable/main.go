@@ -21,6 +21,13 @@
 // over the range, the -lead policy in colour.
 //
 //	go run ./bench/cmd/peertable -svg peers.svg results/*.json
+//
+// With -tiers every run is shown under its policy and its edge tier
+// (tierName: "prefix_cache e4 redis" is prefix_cache through 4 edges
+// syncing over Redis), so that the files of bench/edges/run.sh compare
+// the tiers against one edge:
+//
+//	go run ./bench/cmd/peertable -tiers -lead 'prefix_cache e1' bench/results/edges/*.json
 package main
 
 import (
@@ -43,9 +50,10 @@ func main() {
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
+	tiers := flag.Bool("tiers", false, "show each run under its policy and edge tier, e.g. 'prefix_cache e4 redis' (applied before -rename)")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-svg chart.svg] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -56,6 +64,13 @@ func main() {
 			os.Exit(1)
 		}
 		all = append(all, rs...)
+	}
+	if *tiers {
+		for _, res := range all {
+			for _, r := range res.Runs {
+				r.Policy = tierName(r)
+			}
+		}
 	}
 	if err := renamePolicies(all, *rename); err != nil {
 		fmt.Fprintln(os.Stderr, "peertable:", err)
@@ -101,6 +116,20 @@ func readResults(name string) ([]*driver.Result, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return rs, nil
+}
+
+// tierName names r's policy with its edge tier: the number of edges
+// ("e4"), "p" when a single edge ran as a child process as N edges do,
+// and what the edges synced through, if anything.
+func tierName(r *driver.Run) string {
+	name := fmt.Sprintf("%s e%d", r.Policy, max(r.Edges, 1))
+	if r.Edges <= 1 && r.EdgeProcesses {
+		name += "p"
+	}
+	if r.Sync != "" {
+		name += " " + r.Sync
+	}
+	return name
 }
 
 // renamePolicies applies spec, comma-separated old=new pairs, to the

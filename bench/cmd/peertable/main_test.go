@@ -115,3 +115,21 @@ func TestMooncakeNeedsFiveRuns(t *testing.T) {
 		t.Errorf("a 5-run Mooncake cell gave no verdict:\n%s", out)
 	}
 }
+
+func TestTierName(t *testing.T) {
+	for _, tt := range []struct {
+		run  driver.Run
+		want string
+	}{
+		{driver.Run{Policy: "prefix_cache"}, "prefix_cache e1"},
+		{driver.Run{Policy: "prefix_cache", Edges: 1}, "prefix_cache e1"},
+		{driver.Run{Policy: "prefix_cache", Edges: 1, EdgeProcesses: true}, "prefix_cache e1p"},
+		{driver.Run{Policy: "prefix_cache", Edges: 1, EdgeProcesses: true, Sync: "redis"}, "prefix_cache e1p redis"},
+		{driver.Run{Policy: "round_robin", Edges: 4, EdgeProcesses: true}, "round_robin e4"},
+		{driver.Run{Policy: "prefix_cache", Edges: 8, EdgeProcesses: true, Sync: "redis"}, "prefix_cache e8 redis"},
+	} {
+		if got := tierName(&tt.run); got != tt.want {
+			t.Errorf("tierName(%+v) = %q, want %q", tt.run, got, tt.want)
+		}
+	}
+}
