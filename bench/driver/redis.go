@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -325,6 +326,76 @@ func (r *Redis) WaitSubscribers(ctx context.Context, channel string, n int, time
 		case <-tick.C:
 		}
 	}
+}
+
+// PublishStats is what a redis-server has received: the bytes of every
+// command from every client (total_net_input_bytes) and the PUBLISH
+// commands among them.
+type PublishStats struct {
+	InputBytes int64
+	Publishes  int64
+}
+
+// Stats reads the server's PublishStats (INFO stats, INFO commandstats).
+func (r *Redis) Stats(ctx context.Context) (PublishStats, error) {
+	var st PublishStats
+	stats, err := info(ctx, r.Addr, "stats")
+	if err != nil {
+		return st, err
+	}
+	if st.InputBytes, err = strconv.ParseInt(stats["total_net_input_bytes"], 10, 64); err != nil {
+		return st, fmt.Errorf("INFO stats: total_net_input_bytes %q", stats["total_net_input_bytes"])
+	}
+	cmds, err := info(ctx, r.Addr, "commandstats")
+	if err != nil {
+		return st, err
+	}
+	// cmdstat_publish:calls=N,usec=...; absent before the first PUBLISH.
+	if v, ok := cmds["cmdstat_publish"]; ok {
+		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		if st.Publishes, err = strconv.ParseInt(calls, 10, 64); err != nil {
+			return st, fmt.Errorf("INFO commandstats: cmdstat_publish %q", v)
+		}
+	}
+	return st, nil
+}
+
+// info sends INFO section to the server at addr and returns its fields.
+func info(ctx context.Context, addr, section string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(conn)
+	head, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || n < 0 {
+		return nil, fmt.Errorf("INFO %s answered %q", section, strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+			fields[k] = v
+		}
+	}
+	return fields, nil
 }
 
 // outputText returns a process's output for an error message, or "".

@@ -3,6 +3,7 @@ package driver
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -178,5 +179,46 @@ func TestRedisWaitSubscribers(t *testing.T) {
 	err = r.WaitSubscribers(ctx, "edges", 3, 100*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "2 of 3") {
 		t.Errorf("WaitSubscribers(3) = %v, want an error naming 2 of 3", err)
+	}
+}
+
+// Stats counts what the server received: PUBLISH commands and at least
+// their payloads' bytes.
+func TestRedisStats(t *testing.T) {
+	requireRedis(t)
+	ctx := context.Background()
+	r, err := StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+	before, err := r.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	payload := strings.Repeat("x", 1000)
+	br := bufio.NewReader(conn)
+	for range 3 {
+		if _, err := fmt.Fprintf(conn, "*3\r\n$7\r\nPUBLISH\r\n$5\r\nedges\r\n$%d\r\n%s\r\n", len(payload), payload); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := br.ReadString('\n'); err != nil || line != ":0\r\n" {
+			t.Fatalf("PUBLISH answered %q, %v", line, err)
+		}
+	}
+	after, err := r.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.Publishes - before.Publishes; got != 3 {
+		t.Errorf("publishes counted %d, want 3", got)
+	}
+	if got := after.InputBytes - before.InputBytes; got < 3*int64(len(payload)) || got > 3*int64(len(payload)+64)+128 {
+		t.Errorf("input bytes grew by %d, want about 3 x %d", got, len(payload))
 	}
 }

@@ -118,6 +118,12 @@ type Run struct {
 	EdgeProcesses bool   `json:"edge_processes"`
 	EdgeRequests  []int  `json:"edge_requests,omitempty"`
 	Sync          string `json:"sync,omitempty"`
+	// SyncBytes is what the edges sent the redis-server during the
+	// replay (total_net_input_bytes: every placement and load report as
+	// a PUBLISH command, RESP framing and channel name included), and
+	// SyncPublishes the PUBLISH commands among it.
+	SyncBytes     int64 `json:"sync_bytes,omitempty"`
+	SyncPublishes int64 `json:"sync_publishes,omitempty"`
 
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
@@ -339,6 +345,14 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 		<-done
 	}()
 
+	var syncBefore, syncAfter PublishStats
+	if edges.redis != nil {
+		if syncBefore, err = edges.redis.Stats(ctx); err != nil {
+			stopSampling()
+			<-sampled
+			return nil, fmt.Errorf("redis-server stats: %w", err)
+		}
+	}
 	rp := newReplayer(edges.urls, cfg.EdgeSeed, client, w, ts)
 	t0 := time.Now()
 	rp.run(ctx, w, l)
@@ -347,6 +361,11 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 	<-sampled
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if edges.redis != nil {
+		if syncAfter, err = edges.redis.Stats(ctx); err != nil {
+			return nil, fmt.Errorf("redis-server stats: %w", err)
+		}
 	}
 	// An edge (or the redis-server) that died during the run fails it.
 	if err := edges.stop(); err != nil {
@@ -358,6 +377,8 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 	run.TimerLag = Percentiles{P50: 1000 * lag.P50, P90: 1000 * lag.P90, P99: 1000 * lag.P99}
 	run.Policy, run.QPS, run.Users = p.Name, l.QPS, l.Users
 	run.Edges, run.Sync, run.EdgeProcesses = len(edges.urls), edges.sync, !edges.local
+	run.SyncBytes = syncAfter.InputBytes - syncBefore.InputBytes
+	run.SyncPublishes = syncAfter.Publishes - syncBefore.Publishes
 	if run.Edges > 1 {
 		run.EdgeRequests = make([]int, run.Edges)
 		for _, r := range rp.records {

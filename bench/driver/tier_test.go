@@ -55,8 +55,13 @@ func TestBenchmarkEdgesSync(t *testing.T) {
 	}
 	requireRedis(t)
 	res := benchmarkEdges(t, smallSharedPrefix(t, 32), 2, 1, SyncRedis)
-	if run := res.Runs[0]; run.Sync != SyncRedis {
+	run := res.Runs[0]
+	if run.Sync != SyncRedis {
 		t.Errorf("run sync = %q, want redis", run.Sync)
+	}
+	// Two placements per routed request at least, and what they weigh.
+	if run.SyncPublishes < int64(run.Requests) || run.SyncBytes < 40*run.SyncPublishes {
+		t.Errorf("the edges published %d messages, %d bytes, for %d requests: want at least one per request, of 40 bytes or more", run.SyncPublishes, run.SyncBytes, run.Requests)
 	}
 	assertNoChildren(t)
 }
