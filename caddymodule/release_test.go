@@ -123,6 +123,25 @@ func TestRetryOnStatusSendsTheWholeBodyAgain(t *testing.T) {
 // retryOnStatusSendsTheWholeBodyAgain is the test, behind matcher (and a
 // model matcher, which reads the body first, names it @any).
 func retryOnStatusSendsTheWholeBodyAgain(t *testing.T, matcher string) {
+	use := ""
+	if matcher != "" {
+		use = "@any "
+	}
+	site := func(port int, bad, good string) string {
+		return fmt.Sprintf("http://127.0.0.1:%d {\n\t%sreverse_proxy %s%s %s {\n\t\tlb_policy prefix_cache\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, matcher, use, bad, good)
+	}
+	retryResendsBody(t, site, "/v1/chat/completions", 24, func(c int) []byte {
+		return chat("sys", words(fmt.Sprintf("retry-status%d", c), 3000))
+	})
+}
+
+// retryResendsBody sends the bodies gen(c), c < n, declared and chunked,
+// to the Caddy that site(port, bad, good) configures in front of an engine
+// that answers 502 after reading the whole body and one that answers 200.
+// Every request must be served, each engine must receive the client's
+// exact bytes, and at least one request must have been retried.
+func retryResendsBody(t *testing.T, site func(port int, bad, good string) string, path string, n int, gen func(c int) []byte) {
+	t.Helper()
 	bad := newBackend(t, "bad")
 	bad.handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		w.WriteHeader(http.StatusBadGateway) // after reading it all
@@ -130,16 +149,12 @@ func retryOnStatusSendsTheWholeBodyAgain(t *testing.T, matcher string) {
 	}
 	good := newBackend(t, "good")
 	port := freePort(t)
-	use := ""
-	if matcher != "" {
-		use = "@any "
-	}
-	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\t%sreverse_proxy %s%s %s {\n\t\tlb_policy prefix_cache\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, matcher, use, bad.addr(), good.addr()))
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	startCaddy(t, site(port, bad.addr(), good.addr()))
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, path)
 	retried := 0
-	for c := range 24 {
+	for c := range n {
 		for _, chunked := range []bool{false, true} {
-			body := chat("sys", words(fmt.Sprintf("retry-status%d", c), 3000))
+			body := gen(c)
 			var r io.Reader = bytes.NewReader(body)
 			if chunked {
 				r = io.MultiReader(r)
@@ -152,16 +167,16 @@ func retryOnStatusSendsTheWholeBodyAgain(t *testing.T, matcher string) {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("conversation %d (chunked %v): status %d", c, chunked, resp.StatusCode)
+				t.Fatalf("request %d (chunked %v): status %d", c, chunked, resp.StatusCode)
 			}
 			if bad.count() > badBefore {
 				retried++
 				if got := bad.requests()[badBefore]; got.digest != digest(body) {
-					t.Errorf("conversation %d: the first engine read %d bytes, not the client's %d", c, got.size, len(body))
+					t.Errorf("request %d: the first engine read %d bytes, not the client's %d", c, got.size, len(body))
 				}
 			}
 			if got := good.requests()[before]; got.digest != digest(body) {
-				t.Errorf("conversation %d (chunked %v): the engine after the retry received %d bytes, want the client's %d exactly", c, chunked, got.size, len(body))
+				t.Errorf("request %d (chunked %v): the engine after the retry received %d bytes, want the client's %d exactly", c, chunked, got.size, len(body))
 			}
 		}
 	}
@@ -292,45 +307,12 @@ func TestBodyBudgetFallsBackAndServes(t *testing.T) {
 // fallback's second pick gets the client's bytes, not what the first
 // attempt left of them.
 func TestRetryOnStatusResendsAnUnroutedBody(t *testing.T) {
-	bad := newBackend(t, "bad")
-	bad.handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
-		w.WriteHeader(http.StatusBadGateway) // after reading it all
-		return true
+	site := func(port int, bad, good string) string {
+		return fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s %s {\n\t\tlb_policy prefix_cache {\n\t\t\tfallback round_robin\n\t\t}\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, bad, good)
 	}
-	good := newBackend(t, "good")
-	port := freePort(t)
-	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s %s {\n\t\tlb_policy prefix_cache {\n\t\t\tfallback round_robin\n\t\t}\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{http.reverse_proxy.status_code} == 502`\n\t\t}\n\t}\n}\n", port, bad.addr(), good.addr()))
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/embeddings-of-our-own", port)
-	retried := 0
-	for c := range 8 {
-		for _, chunked := range []bool{false, true} {
-			body := []byte(fmt.Sprintf(`{"query":%q}`, words(fmt.Sprintf("unrouted%d", c), 3000)))
-			var r io.Reader = bytes.NewReader(body)
-			if chunked {
-				r = io.MultiReader(r)
-			}
-			badBefore, before := bad.count(), good.count()
-			resp, err := http.Post(url, "application/json", r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("request %d (chunked %v): status %d", c, chunked, resp.StatusCode)
-			}
-			if bad.count() > badBefore {
-				retried++
-			}
-			if got := good.requests()[before]; got.digest != digest(body) {
-				t.Errorf("request %d (chunked %v): the engine after the retry received %d bytes, want the client's %d exactly", c, chunked, got.size, len(body))
-			}
-		}
-	}
-	if retried == 0 {
-		t.Fatal("no request went to the failing engine first: the retry was not exercised")
-	}
-	waitHeld(t, 0, "after the requests ended")
+	retryResendsBody(t, site, "/v1/embeddings-of-our-own", 8, func(c int) []byte {
+		return []byte(fmt.Sprintf(`{"query":%q}`, words(fmt.Sprintf("unrouted%d", c), 3000)))
+	})
 }
 
 // A body the model matcher read for a reverse_proxy whose policy is not
