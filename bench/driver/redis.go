@@ -244,6 +244,21 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}, timeout 
 // Ping sends one RESP PING to the server at addr and checks that it
 // answers +PONG.
 func Ping(ctx context.Context, addr string) error {
+	return roundTrip(ctx, addr, func(br *bufio.Reader) error {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line = strings.TrimRight(line, "\r\n"); line != "+PONG" {
+			return fmt.Errorf("PING answered %s", strconv.Quote(line))
+		}
+		return nil
+	}, "PING")
+}
+
+// roundTrip sends the command args to the server at addr, on a connection
+// of its own, and hands the answer to read, all within redisPingTimeout.
+func roundTrip(ctx context.Context, addr string, read func(*bufio.Reader) error, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -255,51 +270,39 @@ func Ping(ctx context.Context, addr string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	cmd := fmt.Appendf(nil, "*%d\r\n", len(args))
+	for _, a := range args {
+		cmd = fmt.Appendf(cmd, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write(cmd); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line = strings.TrimRight(line, "\r\n"); line != "+PONG" {
-		return fmt.Errorf("PING answered %s", strconv.Quote(line))
-	}
-	return nil
+	return read(bufio.NewReader(conn))
 }
 
 // Subscribers returns how many connections are subscribed to channel on
 // the server at addr (PUBSUB NUMSUB).
 func Subscribers(ctx context.Context, addr, channel string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "*3\r\n$6\r\nPUBSUB\r\n$6\r\nNUMSUB\r\n$%d\r\n%s\r\n", len(channel), channel); err != nil {
-		return 0, err
-	}
-	// The answer is an array of the channel's name and its count:
-	// *2, $len, the name, :count.
-	br := bufio.NewReader(conn)
-	var lines [4]string
-	for i := range lines {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return 0, err
+	n := 0
+	err := roundTrip(ctx, addr, func(br *bufio.Reader) error {
+		// The answer is an array of the channel's name and its count:
+		// *2, $len, the name, :count.
+		var lines [4]string
+		for i := range lines {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			lines[i] = strings.TrimRight(line, "\r\n")
 		}
-		lines[i] = strings.TrimRight(line, "\r\n")
-	}
-	if lines[0] != "*2" || lines[2] != channel || !strings.HasPrefix(lines[3], ":") {
-		return 0, fmt.Errorf("PUBSUB NUMSUB answered %q", lines)
-	}
-	return strconv.Atoi(lines[3][1:])
+		if lines[0] != "*2" || lines[2] != channel || !strings.HasPrefix(lines[3], ":") {
+			return fmt.Errorf("PUBSUB NUMSUB answered %q", lines)
+		}
+		var err error
+		n, err = strconv.Atoi(lines[3][1:])
+		return err
+	}, "PUBSUB", "NUMSUB", channel)
+	return n, err
 }
 
 // WaitSubscribers waits until at least n connections are subscribed to
@@ -362,40 +365,28 @@ func (r *Redis) Stats(ctx context.Context) (PublishStats, error) {
 
 // info sends INFO section to the server at addr and returns its fields.
 func info(ctx context.Context, addr, section string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReader(conn)
-	head, err := br.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
-	if !strings.HasPrefix(head, "$") || err != nil || n < 0 {
-		return nil, fmt.Errorf("INFO %s answered %q", section, strings.TrimSpace(head))
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		return nil, err
-	}
 	fields := map[string]string{}
-	for _, line := range strings.Split(string(body), "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
-			fields[k] = v
+	err := roundTrip(ctx, addr, func(br *bufio.Reader) error {
+		head, err := br.ReadString('\n')
+		if err != nil {
+			return err
 		}
-	}
-	return fields, nil
+		n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+		if !strings.HasPrefix(head, "$") || err != nil || n < 0 {
+			return fmt.Errorf("INFO %s answered %q", section, strings.TrimSpace(head))
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(body), "\r\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+				fields[k] = v
+			}
+		}
+		return nil
+	}, "INFO", section)
+	return fields, err
 }
 
 // outputText returns a process's output for an error message, or "".

@@ -26,17 +26,25 @@ func requireRedis(t *testing.T) {
 	t.Skipf("skipped %s: %s", t.Name(), RedisNotFound)
 }
 
-// TestRedisLifecycle starts a real redis-server, kills it with SIGKILL,
-// restarts it on the same port and stops it, checking with a RESP PING
-// at each step, and that nothing outlives Stop.
-func TestRedisLifecycle(t *testing.T) {
+// startTestRedis starts a redis-server for the test, stopped when it
+// ends; it skips the test (fails it in CI) without redis-server.
+func startTestRedis(t *testing.T) *Redis {
+	t.Helper()
 	requireRedis(t)
-	ctx := context.Background()
-	r, err := StartRedis(ctx)
+	r, err := StartRedis(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Stop() })
+	return r
+}
+
+// TestRedisLifecycle starts a real redis-server, kills it with SIGKILL,
+// restarts it on the same port and stops it, checking with a RESP PING
+// at each step, and that nothing outlives Stop.
+func TestRedisLifecycle(t *testing.T) {
+	ctx := context.Background()
+	r := startTestRedis(t)
 	if !strings.HasPrefix(r.URL(), "redis://127.0.0.1:") {
 		t.Errorf("URL() = %s, want redis://127.0.0.1:PORT", r.URL())
 	}
@@ -150,13 +158,8 @@ func TestPing(t *testing.T) {
 // WaitSubscribers counts the connections subscribed to a channel, and
 // gives up, saying how many there were, when too few subscribe in time.
 func TestRedisWaitSubscribers(t *testing.T) {
-	requireRedis(t)
 	ctx := context.Background()
-	r, err := StartRedis(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Stop() })
+	r := startTestRedis(t)
 	if n, err := Subscribers(ctx, r.Addr, "edges"); err != nil || n != 0 {
 		t.Fatalf("Subscribers before any = %d, %v; want 0", n, err)
 	}
@@ -176,7 +179,7 @@ func TestRedisWaitSubscribers(t *testing.T) {
 	if n, err := Subscribers(ctx, r.Addr, "edges"); err != nil || n != 2 {
 		t.Errorf("Subscribers = %d, %v; want 2", n, err)
 	}
-	err = r.WaitSubscribers(ctx, "edges", 3, 100*time.Millisecond)
+	err := r.WaitSubscribers(ctx, "edges", 3, 100*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "2 of 3") {
 		t.Errorf("WaitSubscribers(3) = %v, want an error naming 2 of 3", err)
 	}
@@ -185,13 +188,8 @@ func TestRedisWaitSubscribers(t *testing.T) {
 // Stats counts what the server received: PUBLISH commands and at least
 // their payloads' bytes.
 func TestRedisStats(t *testing.T) {
-	requireRedis(t)
 	ctx := context.Background()
-	r, err := StartRedis(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Stop() })
+	r := startTestRedis(t)
 	before, err := r.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
