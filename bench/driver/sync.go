@@ -46,64 +46,56 @@ func WithSync(raw []byte, transport, url string) ([]byte, int, error) {
 // setSync sets sync on every prefix_cache policy object under v.
 func setSync(v any, transport, url string) int {
 	n := 0
-	switch v := v.(type) {
-	case map[string]any:
-		if v["policy"] == "prefix_cache" {
-			n++
-			s, _ := v["sync"].(map[string]any)
-			if s == nil {
-				s = map[string]any{}
-				v["sync"] = s
-			}
-			if _, ok := s["transport"]; !ok {
-				s["transport"] = transport
-			}
-			if _, ok := s["url"]; !ok {
-				s["url"] = url
-			}
+	eachPrefixCache(v, func(p map[string]any) {
+		n++
+		s, _ := p["sync"].(map[string]any)
+		if s == nil {
+			s = map[string]any{}
+			p["sync"] = s
 		}
-		for _, c := range v {
-			n += setSync(c, transport, url)
+		if _, ok := s["transport"]; !ok {
+			s["transport"] = transport
 		}
-	case []any:
-		for _, c := range v {
-			n += setSync(c, transport, url)
+		if _, ok := s["url"]; !ok {
+			s["url"] = url
 		}
-	}
+	})
 	return n
 }
 
 // syncChannel returns the Pub/Sub channel of the first prefix_cache
-// policy's sync in the JSON Caddy config raw: its channel, or the
+// policy's sync in the JSON Caddy config raw that names one, or the
 // transport's default.
 func syncChannel(raw []byte) string {
+	channel := ""
 	var cfg any
 	if json.Unmarshal(raw, &cfg) == nil {
-		if c := findChannel(cfg); c != "" {
-			return c
-		}
+		eachPrefixCache(cfg, func(p map[string]any) {
+			if s, ok := p["sync"].(map[string]any); ok && channel == "" {
+				channel, _ = s["channel"].(string)
+			}
+		})
 	}
-	return redis.DefaultChannel
+	if channel == "" {
+		return redis.DefaultChannel
+	}
+	return channel
 }
 
-func findChannel(v any) string {
+// eachPrefixCache calls fn with every prefix_cache policy object under v,
+// a decoded JSON config.
+func eachPrefixCache(v any, fn func(policy map[string]any)) {
 	switch v := v.(type) {
 	case map[string]any:
-		if s, ok := v["sync"].(map[string]any); ok && v["policy"] == "prefix_cache" {
-			c, _ := s["channel"].(string)
-			return c
+		if v["policy"] == "prefix_cache" {
+			fn(v)
 		}
 		for _, c := range v {
-			if ch := findChannel(c); ch != "" {
-				return ch
-			}
+			eachPrefixCache(c, fn)
 		}
 	case []any:
 		for _, c := range v {
-			if ch := findChannel(c); ch != "" {
-				return ch
-			}
+			eachPrefixCache(c, fn)
 		}
 	}
-	return ""
 }

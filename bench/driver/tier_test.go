@@ -10,6 +10,7 @@ import (
 
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 	"github.com/prefixcache/caddy-prefixcache/bench/workload"
+	"github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )
 
 // TestBenchmarkEdges runs a smoke-sized benchmark through three edges,
@@ -222,5 +223,20 @@ func TestParseSync(t *testing.T) {
 	}
 	if _, err := ParseSync("nats"); err == nil {
 		t.Errorf("ParseSync(nats): no error")
+	}
+}
+
+// The tier waits for subscriptions on the channel the config names, or
+// the transport's default.
+func TestSyncChannel(t *testing.T) {
+	for _, tt := range []struct{ cfg, want string }{
+		{`{"handle":[{"load_balancing":{"selection_policy":{"policy":"prefix_cache","sync":{"transport":"redis"}}}}]}`, redis.DefaultChannel},
+		{`{"handle":[{"load_balancing":{"selection_policy":{"policy":"prefix_cache","sync":{"channel":"fleet-a"}}}}]}`, "fleet-a"},
+		{`{"handle":[{"load_balancing":{"selection_policy":{"policy":"round_robin"}}}]}`, redis.DefaultChannel},
+		{`not json`, redis.DefaultChannel},
+	} {
+		if got := syncChannel([]byte(tt.cfg)); got != tt.want {
+			t.Errorf("syncChannel(%s) = %q, want %q", tt.cfg, got, tt.want)
+		}
 	}
 }
