@@ -6,6 +6,9 @@
 #	bench/scoring/run.sh OUTDIR          # the whole set, ~4 hours
 #	bench/scoring/run.sh -smoke OUTDIR   # a few minutes, to check the pipeline
 #
+# Run again on the same OUTDIR, from the same commit, it resumes: cells
+# whose JSON exists are kept, the others run.
+#
 # OUTDIR gets one raw prefixbench JSON (and markdown) per workload and seed
 # or run, commands.txt (every command, in order), commit.txt (the tree the
 # binaries were built from), and summary.md / summary.svg from peertable
@@ -27,6 +30,7 @@ for w in "${GEN_WORKLOADS[@]}"; do
 	name=${w%%|*}
 	read -ra flags <<<"${w#*|}"
 	for seed in "${SCORING_SEEDS[@]}"; do
+		done_cell "$OUT/$name-s$seed.json" && continue
 		runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$POLICIES" "${flags[@]}" \
 			-seed "$seed" -json "$OUT/$name-s$seed.json" -md "$OUT/$name-s$seed.md"
 	done
@@ -37,6 +41,7 @@ for tr in "${SCORING_TRACES[@]}"; do
 	for r in $(seq 1 "$MC_RUNS"); do
 		bound=()
 		[[ $r == 1 ]] || bound=(-no-bound) # the upper bound is the trace's, computed once
+		done_cell "$OUT/$name-r$r.json" && continue
 		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$POLICIES" "${flags[@]}" \
 			"${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
 	done

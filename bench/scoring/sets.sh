@@ -71,15 +71,37 @@ if [[ ${SMOKE:-0} == 1 ]]; then
 fi
 
 # build puts prefixbench and peertable, built from the working tree, in
-# $1/.bin, and records the commit they were built from.
+# $1/.bin, and records the commit they were built from. A directory that
+# already has commit.txt is a run being resumed: it must be resumed from
+# the same clean tree, so that every file in it comes from one build.
 build() {
 	mkdir -p "$1/.bin"
-	go build -o "$1/.bin/prefixbench" ./bench/cmd/prefixbench
-	go build -o "$1/.bin/peertable" ./bench/cmd/peertable
-	{
+	local tree
+	tree=$({
 		git rev-parse HEAD
 		git status --porcelain --untracked-files=no | sed 's/^/dirty: /'
-	} >"$1/commit.txt"
+	})
+	if [[ -f $1/commit.txt ]]; then
+		if [[ $tree != "$(cat "$1/commit.txt")" ]] || grep -q '^dirty: ' <<<"$tree"; then
+			echo "$1 was started from another tree ($(head -1 "$1/commit.txt")); resume it from that commit, clean, or use a new directory" >&2
+			exit 1
+		fi
+		echo "resuming $1: cells that have their JSON are kept" >&2
+	else
+		printf '%s\n' "$tree" >"$1/commit.txt"
+	fi
+	go build -o "$1/.bin/prefixbench" ./bench/cmd/prefixbench
+	go build -o "$1/.bin/peertable" ./bench/cmd/peertable
+}
+
+# done_cell reports whether the cell writing $1 has already been run: the
+# JSON is written only when a prefixbench run has finished.
+done_cell() {
+	if [[ -s $1 ]]; then
+		echo "kept $1" >&2
+		return 0
+	fi
+	return 1
 }
 
 # runlog runs a command after appending it to $OUT/commands.txt.
