@@ -134,6 +134,24 @@ type upstreamStats struct {
 	RemoteInFlight      int   `json:"remote_in_flight"`
 	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
 	Owned               int   `json:"owned_entries"`
+	// Engine is the upstream's latest good scrape, with engine_metrics;
+	// absent until one.
+	Engine *engineStats `json:"engine,omitempty"`
+}
+
+// engineStats is what an upstream's engine last said on its metrics
+// endpoint. A count it does not publish is -1.
+type engineStats struct {
+	Engine   string  `json:"engine"`
+	Running  float64 `json:"running"`
+	Waiting  float64 `json:"waiting"`
+	KVTokens float64 `json:"kv_tokens"`
+	KVUsage  float64 `json:"kv_usage"`
+	// Others is the requests the engine had beyond this process's at
+	// the scrape; the bound counts them while Stale is false.
+	Others int    `json:"others_in_flight"`
+	Age    string `json:"age"`
+	Stale  bool   `json:"stale"`
 }
 
 func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
@@ -184,6 +202,16 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 					us.PrefillBacklog = s.backlog(tab.ids[i], now)
 				}
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
+				if t := s.state.engines.Load(); t != nil && tab.ids[i] != 0 {
+					if e := t.samples[tab.ids[i]].Load(); e != nil && e.dial == u.Dial {
+						age := time.Duration(now - e.at)
+						us.Engine = &engineStats{
+							Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
+							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others,
+							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
+						}
+					}
+				}
 				is.Upstreams = append(is.Upstreams, us)
 			}
 		}

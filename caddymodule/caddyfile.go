@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"math"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -39,11 +40,19 @@ import (
 //			<transport options>
 //		}
 //		sync_hashes    all|new
+//		engine_metrics [<uri>] {
+//			port     <port>
+//			interval <duration>
+//			timeout  <duration>
+//			header   <field> <value>
+//			queue    on|off
+//		}
 //	}
 //
 // Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
 // prefill_rate is a size per second (64KiB). sync names a module of the
 // prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
+// engine_metrics alone scrapes each upstream's /metrics every second.
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
 	if d.NextArg() {
@@ -205,11 +214,90 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 			if d.NextArg() {
 				return d.ArgErr()
 			}
+		case "engine_metrics":
+			if s.EngineMetrics != nil {
+				return d.Err("engine_metrics already specified")
+			}
+			m, err := unmarshalEngineMetrics(d)
+			if err != nil {
+				return err
+			}
+			s.EngineMetrics = m
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}
 	}
 	return nil
+}
+
+// unmarshalEngineMetrics reads engine_metrics and its block.
+func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
+	m := &EngineMetrics{}
+	if d.NextArg() {
+		m.URI = d.Val()
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "port":
+			if err := positiveInt(d, &m.Port); err != nil {
+				return nil, err
+			}
+			if m.Port > 65535 {
+				return nil, d.Errf("invalid port '%d': must be at most 65535", m.Port)
+			}
+		case "interval", "timeout":
+			name := d.Val()
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur <= 0 {
+				return nil, d.Errf("invalid %s '%s': must be a positive duration", name, d.Val())
+			}
+			if name == "interval" {
+				m.Interval = caddy.Duration(dur)
+			} else {
+				m.Timeout = caddy.Duration(dur)
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		case "header":
+			var field, value string
+			if !d.Args(&field, &value) {
+				return nil, d.ArgErr()
+			}
+			if m.Header == nil {
+				m.Header = http.Header{}
+			}
+			m.Header.Add(field, value)
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		case "queue":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			var on bool
+			switch d.Val() {
+			case "on":
+				on = true
+			case "off":
+			default:
+				return nil, d.Errf("invalid queue '%s': must be on or off", d.Val())
+			}
+			m.Queue = &on
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		default:
+			return nil, d.Errf("unrecognized engine_metrics subdirective '%s'", d.Val())
+		}
+	}
+	return m, nil
 }
 
 // positiveInt reads the subdirective's single argument into dst.

@@ -95,7 +95,9 @@ func TestIncrementalUploadIsStreamed(t *testing.T) {
 // and keeps serving. (forget_after 1ns once panicked the janitor's ticker
 // in a goroutine and took the process down.)
 func TestInvalidValuesRefusedAtLoad(t *testing.T) {
-	for _, opt := range []string{"forget_after 1ns", "forget_after 99ms", "forget_after 200000h", "max_body 0", "body_budget 2TiB", "tenant_share 1.5", "allow_empty_tenant"} {
+	for _, opt := range []string{"forget_after 1ns", "forget_after 99ms", "forget_after 200000h", "max_body 0", "body_budget 2TiB", "tenant_share 1.5", "allow_empty_tenant",
+		"engine_metrics {\n\t\t\t\tinterval 1s\n\t\t\t\ttimeout 2s\n\t\t\t}", "engine_metrics {\n\t\t\t\tinterval 1ms\n\t\t\t}",
+		"engine_metrics http://elsewhere.example/metrics", "engine_metrics {\n\t\t\t\tport 70000\n\t\t\t}"} {
 		cfg := fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy 127.0.0.1:1 {\n\t\tlb_policy prefix_cache {\n\t\t\t%s\n\t\t}\n\t}\n}\n", freePort(t), opt)
 		cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), map[string]any{"filename": "Caddyfile"})
 		if err == nil {
@@ -117,7 +119,8 @@ func TestInvalidValuesRefusedAtLoad(t *testing.T) {
 	port := freePort(t)
 	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-	for _, bad := range []string{`"forget_after": 1`, `"forget_after": -5`, `"forget_after": "200000h"`, `"body_budget": -1`, `"max_body": -1`} {
+	for _, bad := range []string{`"forget_after": 1`, `"forget_after": -5`, `"forget_after": "200000h"`, `"body_budget": -1`, `"max_body": -1`,
+		`"engine_metrics": {"interval": 1}`, `"engine_metrics": {"timeout": -1}`, `"engine_metrics": {"uri": "metrics"}`} {
 		cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[{"handler":"reverse_proxy","upstreams":[{"dial":%q}],"load_balancing":{"selection_policy":{"policy":"prefix_cache",%s}}}]}]}}}}}`,
 			strings.TrimPrefix(admin, "http://"), freePort(t), bs[0].addr(), bad)
 		resp, err := http.Post(admin+"/load", "application/json", strings.NewReader(cfg))

@@ -26,6 +26,7 @@ type metricSet struct {
 	syncMessages    *prometheus.CounterVec
 	syncRejections  *prometheus.CounterVec
 	syncLag         prometheus.Histogram
+	scrapes         *prometheus.CounterVec
 	state           stateCollector
 }
 
@@ -80,6 +81,11 @@ func newMetricSet() *metricSet {
 			Help:    "From a message's publication on another edge to its application here (the edges' clocks must agree).",
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}),
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "engine_scrapes_total",
+			Help: "Scrapes of the upstreams' own metrics (engine_metrics), by outcome: ok, failed (no response), timeout, status (not 200), too_large, garbled (not a Prometheus exposition), unknown_engine (no vLLM, SGLang, TGI or llama.cpp metric), unsupported_address (a unix socket). Any outcome but ok leaves the upstream bounded as without engine_metrics.",
+		}, []string{"outcome"}),
 	}
 	// Every label value exists from the start, so rates work from zero.
 	for _, r := range selection.Reasons() {
@@ -99,6 +105,9 @@ func newMetricSet() *metricSet {
 	for _, r := range rejectionNames {
 		m.syncRejections.WithLabelValues(r)
 	}
+	for _, o := range scrapeOutcomeNames {
+		m.scrapes.WithLabelValues(o)
+	}
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
 	}
@@ -114,7 +123,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.selections, metrics.peeks, metrics.matchedFraction,
 		metrics.promptBytes, metrics.matchedBytes, metrics.settlements,
-		metrics.syncMessages, metrics.syncRejections, metrics.syncLag, &metrics.state,
+		metrics.syncMessages, metrics.syncRejections, metrics.syncLag, metrics.scrapes, &metrics.state,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
@@ -146,6 +155,10 @@ func (m *metricSet) syncPublished(k edgesync.Kind) {
 func (m *metricSet) syncApplied(k edgesync.Kind, lag time.Duration) {
 	m.syncMessages.WithLabelValues("applied", k.String()).Inc()
 	m.syncLag.Observe(max(lag, 0).Seconds())
+}
+
+func (m *metricSet) scraped(o scrapeOutcome) {
+	m.scrapes.WithLabelValues(o.String()).Inc()
 }
 
 func (m *metricSet) syncRejected(reason string) {

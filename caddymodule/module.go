@@ -222,6 +222,14 @@ type PrefixCacheSelection struct {
 	// alone. Default: none.
 	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=prefix_cache.sync inline_key=transport"`
 
+	// Scrape each upstream's own Prometheus endpoint in the background
+	// (vLLM, SGLang, TGI or llama.cpp's server), through the
+	// reverse_proxy's transport, and bound each upstream by its engine's
+	// running and waiting requests, which count every edge's and every
+	// client's. A failed, stale or unrecognised scrape leaves that
+	// upstream bounded by this Caddy's view alone. Default: off.
+	EngineMetrics *EngineMetrics `json:"engine_metrics,omitempty"`
+
 	// Which hashes of a request a sync message carries: `all`, or `new`
 	// (those past what the chosen upstream was believed to hold, and at
 	// least the deepest). Default: `all`.
@@ -233,7 +241,10 @@ type PrefixCacheSelection struct {
 	policy       selection.Policy
 	nsPerByte    float64 // 1s / prefill_rate; 0 when prefill_rate is off
 	state        *sharedState
-	sync         *syncState   // nil without sync
+	sync         *syncState // nil without sync
+	scraper      *scraper   // nil without engine_metrics
+	engineQueue  bool       // engine_metrics' queue: engines' queues join the bound
+	engineStale  time.Duration
 	reuse        handlerReuse // when a retry may ask for a sent body again
 	staticDials  []string     // the handler's static upstreams, for the janitor
 	id           uint64       // the admin API's instance number
@@ -305,6 +316,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.SyncHashes == "" {
 		s.SyncHashes = SyncHashesAll
 	}
+	if s.EngineMetrics != nil {
+		s.EngineMetrics.provision()
+	}
 
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
@@ -340,6 +354,11 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if rate := *s.PrefillRate; rate > 0 {
 		s.policy.ColdBacklog = true
 		s.nsPerByte = 1e9 / float64(rate)
+	}
+	if m := s.EngineMetrics; m != nil {
+		s.scraper = newScraper(ctx, m, s.logger)
+		s.engineQueue = *m.Queue
+		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
 	}
 	s.reuse = handlerReuseOf(ctx)
 	s.staticDials = staticDialsOf(ctx)
@@ -403,6 +422,8 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Float64("tenant_share", *s.TenantShare),
 		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
+		zap.Bool("engine_metrics", s.EngineMetrics != nil),
+		zap.Bool("engine_queue", s.engineQueue),
 		zap.String("fallback", s.fallbackName),
 		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
 	)
@@ -445,6 +466,11 @@ func (s *PrefixCacheSelection) Validate() error {
 	if s.PrefillRate != nil && (*s.PrefillRate < 0 || *s.PrefillRate > maxSize) {
 		return fmt.Errorf("prefill_rate must be from 0 to 1TiB per second, got %d", *s.PrefillRate)
 	}
+	if s.EngineMetrics != nil {
+		if err := s.EngineMetrics.validate(); err != nil {
+			return err
+		}
+	}
 	// The remaining rules, load_factor and cold_load_factor, are the
 	// choice's own; their messages name the same fields.
 	p := selection.Policy{LoadFactor: s.LoadFactor, MinDepth: 1}
@@ -466,6 +492,7 @@ func (s *PrefixCacheSelection) Cleanup() error {
 		return nil
 	}
 	s.stopSync()
+	s.stopScraping()
 	removeInstance(s)
 	_, err := states.Delete(s.state.key)
 	return err
@@ -476,6 +503,7 @@ func (s *PrefixCacheSelection) Cleanup() error {
 // request cannot be routed on. w may be nil.
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s.notePool(pool)
+	s.startScraping()
 	p, v := s.route(r)
 	if v != nil {
 		if v.attempts > 0 && p.buf.keepsAfterSent() {
@@ -619,12 +647,23 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(v.scope, v.hashes, sc.ids, sc.depths)
 	var nowNS int64
-	if s.nsPerByte > 0 {
+	if s.nsPerByte > 0 || s.engineQueue {
 		nowNS = time.Now().UnixNano()
+	}
+	var engines *engineTable
+	if s.engineQueue {
+		engines = s.state.engines.Load() // nil until the first scrape
 	}
 	for j, u := range sc.ups {
 		id := sc.ids[j]
 		remoteReq, remoteBytes := s.state.tier.load(id) // 0 without sync
+		if engines != nil {
+			// The engine's queue counts the other edges too: the
+			// larger of the two views of them, never their sum.
+			if others, ok := engines.others(id, u.Dial, nowNS, s.engineStale); ok {
+				remoteReq = max(remoteReq, others)
+			}
+		}
 		sc.cands[j].Depth = sc.depths[j]
 		sc.cands[j].Load = u.NumRequests() + remoteReq
 		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes

@@ -56,6 +56,9 @@ type sharedState struct {
 	prefill  prefillQueues
 	// tier is the other edges' load, with sync.
 	tier tierLoad
+	// engines is the latest scrape of each upstream's engine, with
+	// engine_metrics; nil until an instance scrapes.
+	engines atomic.Pointer[engineTable]
 	// seen is, per upstream ID, the janitor's clock when the upstream was
 	// last in a pool an instance routed from or holds; clock is that
 	// clock, in ticks since start.

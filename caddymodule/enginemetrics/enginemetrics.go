@@ -1,0 +1,271 @@
+// Package enginemetrics reads what an LLM inference engine says about
+// itself on its Prometheus endpoint: how many requests it is running and
+// how many wait in its queue, how many tokens of KV cache it has, and how
+// full that cache is. The policy scrapes each upstream in the background
+// and uses these as hints; this package only parses one scrape.
+//
+// It recognises four engines by their metric names:
+//
+//	engine     running / waiting requests                               KV capacity (tokens)                       KV usage (0-1)
+//	vLLM       vllm:num_requests_running, vllm:num_requests_waiting     vllm:cache_config_info labels              vllm:kv_cache_usage_perc
+//	                                                                    num_gpu_blocks x block_size                (vllm:gpu_cache_usage_perc before V1)
+//	SGLang     sglang:num_running_reqs, sglang:num_queue_reqs           sglang:max_total_num_tokens                sglang:token_usage
+//	TGI        tgi_batch_current_size, tgi_queue_size                   -                                          -
+//	llama.cpp  llamacpp:requests_processing, llamacpp:requests_deferred -                                          llamacpp:kv_cache_usage_ratio
+//
+// Sources: vLLM's vllm/v1/metrics/loggers.py (PrometheusStatLogger, whose
+// cache_config_info carries CacheConfig.metrics_info as labels), SGLang's
+// python/sglang/srt/metrics/collector.py, TGI's metrics reference
+// (docs/source/reference/metrics.md), llama.cpp's tools/server/README.md
+// (/metrics, with --metrics). An engine serving several models, or
+// several data-parallel ranks, labels each series (model_name, engine):
+// the counts are summed over them, as they are one upstream's load.
+//
+// A scrape that names none of these is [ErrUnknownEngine]: the policy
+// then leaves that upstream as it would without scraping.
+package enginemetrics
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Engine names the kind of engine a scrape came from.
+type Engine uint8
+
+const (
+	Unknown Engine = iota
+	VLLM
+	SGLang
+	TGI
+	LlamaCpp
+)
+
+var engineNames = [...]string{Unknown: "unknown", VLLM: "vllm", SGLang: "sglang", TGI: "tgi", LlamaCpp: "llamacpp"}
+
+func (e Engine) String() string {
+	if int(e) < len(engineNames) {
+		return engineNames[e]
+	}
+	return "unknown"
+}
+
+// Sample is what one scrape said. A count the engine does not publish is
+// -1.
+type Sample struct {
+	Engine Engine
+	// Running and Waiting are requests: scheduled in the engine's batch,
+	// and queued for a slot in it.
+	Running, Waiting float64
+	// KVTokens is how many tokens the engine's KV cache holds.
+	KVTokens float64
+	// KVUsage is the share of the KV cache in use, from 0 to 1.
+	KVUsage float64
+}
+
+// Queue is the engine's requests in flight, running and waiting, or -1
+// when it publishes neither.
+func (s Sample) Queue() float64 {
+	if s.Running < 0 && s.Waiting < 0 {
+		return -1
+	}
+	return max(s.Running, 0) + max(s.Waiting, 0)
+}
+
+// ErrUnknownEngine is returned for a well-formed scrape of no engine
+// this package knows.
+var ErrUnknownEngine = errors.New("no metric of a known engine")
+
+// What a value may be, whatever an endpoint sends: counts and
+// capacities far beyond any engine's, never negative, NaN or infinite.
+const (
+	maxCount  = 1 << 24 // requests
+	maxTokens = 1 << 40 // tokens of KV cache
+)
+
+// family says where one metric family goes in a Sample.
+type family struct {
+	engine Engine
+	field  field
+}
+
+type field uint8
+
+const (
+	running field = iota
+	waiting
+	kvTokens
+	kvUsage
+	cacheConfig // vLLM's info gauge: capacity in its labels
+)
+
+var families = map[string]family{
+	"vllm:num_requests_running": {VLLM, running},
+	"vllm:num_requests_waiting": {VLLM, waiting},
+	"vllm:cache_config_info":    {VLLM, cacheConfig},
+	"vllm:kv_cache_usage_perc":  {VLLM, kvUsage},
+	"vllm:gpu_cache_usage_perc": {VLLM, kvUsage},
+
+	"sglang:num_running_reqs":     {SGLang, running},
+	"sglang:num_queue_reqs":       {SGLang, waiting},
+	"sglang:max_total_num_tokens": {SGLang, kvTokens},
+	"sglang:token_usage":          {SGLang, kvUsage},
+
+	"tgi_batch_current_size": {TGI, running},
+	"tgi_queue_size":         {TGI, waiting},
+
+	"llamacpp:requests_processing":  {LlamaCpp, running},
+	"llamacpp:requests_deferred":    {LlamaCpp, waiting},
+	"llamacpp:kv_cache_usage_ratio": {LlamaCpp, kvUsage},
+}
+
+// Parse reads one scrape, in the format its response header names (the
+// Prometheus text format when it names none), and returns what it says.
+// It returns an error for a body that is not a well-formed exposition,
+// and ErrUnknownEngine for one that has none of the metrics above. The
+// caller bounds the body's size.
+//
+// A body the parser cannot handle is an error, never a panic: the text
+// parser of prometheus/common v0.71.0 dereferences nil on some malformed
+// inputs (FuzzParse found one, in testdata), and a scrape is whatever
+// the upstream sends.
+func Parse(body io.Reader, header http.Header) (s Sample, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = Sample{}, fmt.Errorf("parsing metrics: parser failed: %v", p)
+		}
+	}()
+	s = Sample{Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1}
+	format := expfmt.ResponseFormat(header)
+	if format.FormatType() == expfmt.TypeUnknown {
+		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	}
+	dec := expfmt.NewDecoder(body, format)
+	// The first engine seen decides: a scrape mixing two engines' names
+	// (a sidecar re-exporting another's) is read as the first.
+	var mf dto.MetricFamily
+	for {
+		mf.Reset()
+		err = dec.Decode(&mf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Sample{}, fmt.Errorf("parsing metrics: %w", err)
+		}
+		f, ok := families[mf.GetName()]
+		if !ok || (s.Engine != Unknown && f.engine != s.Engine) {
+			continue
+		}
+		s.Engine = f.engine
+		switch f.field {
+		case running:
+			s.Running = sum(&mf, maxCount)
+		case waiting:
+			s.Waiting = sum(&mf, maxCount)
+		case kvTokens:
+			s.KVTokens = sum(&mf, maxTokens)
+		case kvUsage:
+			s.KVUsage = usage(&mf)
+		case cacheConfig:
+			s.KVTokens = cacheTokens(&mf)
+		}
+	}
+	if s.Engine == Unknown {
+		return Sample{}, ErrUnknownEngine
+	}
+	return s, nil
+}
+
+// sum adds up the family's gauge (or untyped) values, each clamped to
+// [0, limit]; -1 when it has none.
+func sum(mf *dto.MetricFamily, limit float64) float64 {
+	total, n := 0.0, 0
+	for _, m := range mf.GetMetric() {
+		v, ok := value(m)
+		if !ok {
+			continue
+		}
+		total += min(max(v, 0), limit)
+		n++
+	}
+	if n == 0 {
+		return -1
+	}
+	return min(total, limit)
+}
+
+// usage is the family's highest value in [0, 1]: of several ranks, the
+// fullest cache is the one that evicts first.
+func usage(mf *dto.MetricFamily) float64 {
+	u := -1.0
+	for _, m := range mf.GetMetric() {
+		if v, ok := value(m); ok {
+			u = max(u, min(max(v, 0), 1))
+		}
+	}
+	return u
+}
+
+// cacheTokens reads vLLM's cache_config_info, an info gauge whose labels
+// hold the cache's configuration: num_gpu_blocks blocks of block_size
+// tokens each, summed over the series (data-parallel ranks).
+func cacheTokens(mf *dto.MetricFamily) float64 {
+	total, n := 0.0, 0
+	for _, m := range mf.GetMetric() {
+		var blocks, size float64 = -1, -1
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "num_gpu_blocks":
+				blocks = parseCount(l.GetValue())
+			case "block_size":
+				size = parseCount(l.GetValue())
+			}
+		}
+		if blocks <= 0 || size <= 0 {
+			continue
+		}
+		total += min(blocks*size, maxTokens)
+		n++
+	}
+	if n == 0 {
+		return -1
+	}
+	return min(total, maxTokens)
+}
+
+// parseCount parses a label's positive integer ("None" when vLLM has not
+// sized its cache yet), or returns -1.
+func parseCount(s string) float64 {
+	n, err := strconv.ParseUint(s, 10, 40)
+	if err != nil {
+		return -1
+	}
+	return float64(n)
+}
+
+// value is a gauge's or an untyped metric's finite value.
+func value(m *dto.Metric) (float64, bool) {
+	var v float64
+	switch {
+	case m.Gauge != nil:
+		v = m.Gauge.GetValue()
+	case m.Untyped != nil:
+		v = m.Untyped.GetValue()
+	case m.Counter != nil:
+		v = m.Counter.GetValue()
+	default:
+		return 0, false
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return v, true
+}

@@ -1,0 +1,411 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/prefixcache/caddy-prefixcache/caddymodule/enginemetrics"
+	"github.com/prefixcache/caddy-prefixcache/prefixindex"
+)
+
+// The engines behind the upstreams publish what the policy otherwise
+// guesses: vLLM, SGLang, TGI and llama.cpp's server report on their
+// Prometheus endpoint how many requests they run and queue. With
+// engine_metrics, each instance scrapes its pool's upstreams in the
+// background, through the reverse_proxy's own transport (so TLS to the
+// engines is the handler's, as for Caddy's active health checks), and the
+// engines' queues join the load bound: an engine busy with other edges'
+// or other clients' requests is bounded by all of its load, not by this
+// Caddy's share of it. A scrape never runs on the request path; a failed,
+// slow, stale or unrecognised one leaves that upstream bounded as
+// without engine_metrics.
+
+// Defaults of engine_metrics.
+const (
+	// DefaultMetricsURI is where vLLM, SGLang, TGI and llama.cpp's
+	// server publish their metrics.
+	DefaultMetricsURI = "/metrics"
+	// DefaultMetricsInterval is how often each upstream is scraped: a
+	// vLLM scrape is ~10-100 KB of text, ~1 ms to parse, so 8 engines
+	// cost ~1% of a core at 1s. An engine's queue drains in seconds.
+	DefaultMetricsInterval = caddy.Duration(time.Second)
+	// DefaultMetricsTimeout is how long a scrape may take.
+	DefaultMetricsTimeout = caddy.Duration(time.Second)
+)
+
+const (
+	// maxScrapeBytes bounds the body one scrape reads; a vLLM scrape is
+	// well under 1 MiB even with many models.
+	maxScrapeBytes = 4 << 20
+	// staleScrapes is how many intervals a sample counts for: a lost
+	// scrape or two change nothing, an engine that stopped answering
+	// stops counting within seconds.
+	staleScrapes = 3
+	// minMetricsInterval keeps a configuration from turning scrapes
+	// into a load of their own.
+	minMetricsInterval = 10 * time.Millisecond
+)
+
+// EngineMetrics configures the scrapes of the upstreams' own metrics.
+type EngineMetrics struct {
+	// Path and query of each upstream's Prometheus endpoint.
+	// Default: `/metrics`.
+	URI string `json:"uri,omitempty"`
+
+	// Port to scrape, when not the upstream's own. Default: the
+	// upstream's.
+	Port int `json:"port,omitempty"`
+
+	// How often each upstream is scraped, with up to a tenth of random
+	// jitter so that edges do not scrape in step. Default: `1s`.
+	Interval caddy.Duration `json:"interval,omitempty"`
+
+	// How long one scrape may take; at most interval. Default: `1s`.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// Header fields sent with each scrape, e.g. an Authorization an
+	// engine's metrics endpoint requires. Default: none.
+	Header http.Header `json:"header,omitempty"`
+
+	// Whether the engines' running and waiting requests join the load
+	// bound: an upstream's load is this Caddy's requests in flight plus
+	// what its engine has beyond them (or what the other edges report
+	// with sync, whichever is more). Default: `true`.
+	Queue *bool `json:"queue,omitempty"`
+}
+
+// provision sets the defaults; validate checks.
+func (m *EngineMetrics) provision() {
+	if m.URI == "" {
+		m.URI = DefaultMetricsURI
+	}
+	if m.Interval == 0 {
+		m.Interval = DefaultMetricsInterval
+	}
+	if m.Timeout == 0 {
+		m.Timeout = min(DefaultMetricsTimeout, m.Interval)
+	}
+	if m.Queue == nil {
+		on := true
+		m.Queue = &on
+	}
+}
+
+func (m *EngineMetrics) validate() error {
+	u, err := url.ParseRequestURI(m.URI)
+	switch {
+	case err != nil || u.Scheme != "" || u.Host != "":
+		return fmt.Errorf("engine_metrics: uri must be a path and query, got %q", m.URI)
+	case m.Port < 0 || m.Port > 65535:
+		return fmt.Errorf("engine_metrics: port must be from 1 to 65535, got %d", m.Port)
+	case time.Duration(m.Interval) < minMetricsInterval:
+		return fmt.Errorf("engine_metrics: interval must be at least %v, got %v", minMetricsInterval, time.Duration(m.Interval))
+	case m.Timeout <= 0 || m.Timeout > m.Interval:
+		return fmt.Errorf("engine_metrics: timeout must be positive and at most interval (%v), got %v", time.Duration(m.Interval), time.Duration(m.Timeout))
+	}
+	return nil
+}
+
+// scrapeOutcome is the result of one scrape, a bounded set: it is a
+// metric label.
+type scrapeOutcome uint8
+
+const (
+	scrapeOK            scrapeOutcome = iota
+	scrapeFailed                      // no response: refused, reset, TLS
+	scrapeTimeout                     // no whole response within timeout
+	scrapeStatus                      // a status other than 200
+	scrapeTooLarge                    // a body past maxScrapeBytes
+	scrapeGarbled                     // not a Prometheus exposition
+	scrapeUnknownEngine               // well-formed, of no engine enginemetrics knows
+	scrapeUnsupported                 // an upstream address that cannot be scraped (a unix socket)
+)
+
+var scrapeOutcomeNames = [...]string{
+	scrapeOK:            "ok",
+	scrapeFailed:        "failed",
+	scrapeTimeout:       "timeout",
+	scrapeStatus:        "status",
+	scrapeTooLarge:      "too_large",
+	scrapeGarbled:       "garbled",
+	scrapeUnknownEngine: "unknown_engine",
+	scrapeUnsupported:   "unsupported_address",
+}
+
+func (o scrapeOutcome) String() string { return scrapeOutcomeNames[o] }
+
+// engineSample is the latest good scrape of one upstream.
+type engineSample struct {
+	enginemetrics.Sample
+	dial string // the upstream scraped: an ID may be reused by another
+	at   int64  // unix nanoseconds, when the scrape's answer arrived
+	// others is the requests the engine had beyond this process's in
+	// flight to it at the scrape: other edges' and other clients'.
+	others int
+}
+
+// engineTable holds, per upstream ID of one index, its latest sample.
+// It is allocated by the first instance with engine_metrics.
+type engineTable struct {
+	samples [prefixindex.MaxIDs + 1]atomic.Pointer[engineSample]
+}
+
+// engineTable returns st's table, creating it.
+func (st *sharedState) engineTable() *engineTable {
+	if t := st.engines.Load(); t != nil {
+		return t
+	}
+	st.engines.CompareAndSwap(nil, new(engineTable))
+	return st.engines.Load()
+}
+
+// engineOthers is what id's engine has in flight beyond this process's
+// requests, by a sample of dial no older than stale at now, or 0.
+func (t *engineTable) others(id prefixindex.ID, dial string, now int64, stale time.Duration) (int, bool) {
+	e := t.samples[id].Load()
+	if e == nil || e.dial != dial || now-e.at > int64(stale) || e.Queue() < 0 {
+		return 0, false
+	}
+	return e.others, true
+}
+
+// scraper scrapes one instance's upstreams, from the first Select until
+// the instance is cleaned up.
+type scraper struct {
+	cfg     *EngineMetrics
+	handler *reverseproxy.Handler // whose Transport the scrapes use
+	ctx     context.Context       // the config's: done when it is unloaded
+	logger  *zap.Logger
+
+	start sync.Once
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu   sync.Mutex
+	busy map[string]bool   // upstreams with a scrape in progress
+	last map[string]string // each upstream's last outcome, for the log
+}
+
+// newScraper returns the scraper of an instance, or nil without
+// engine_metrics.
+func newScraper(ctx caddy.Context, cfg *EngineMetrics, logger *zap.Logger) *scraper {
+	if cfg == nil {
+		return nil
+	}
+	return &scraper{
+		cfg: cfg, handler: handlerOf(ctx), ctx: ctx, logger: logger,
+		stop: make(chan struct{}), done: make(chan struct{}),
+		busy: map[string]bool{}, last: map[string]string{},
+	}
+}
+
+// handlerOf returns the nearest reverse_proxy handler above the policy.
+func handlerOf(ctx caddy.Context) *reverseproxy.Handler {
+	mods := ctx.Modules()
+	for i := len(mods) - 1; i >= 0; i-- {
+		if h, ok := mods[i].(*reverseproxy.Handler); ok {
+			return h
+		}
+	}
+	return nil
+}
+
+// startScraping starts s's scraper on its first call. It runs from
+// Select, after the handler's provisioning set its transport.
+func (s *PrefixCacheSelection) startScraping() {
+	sc := s.scraper
+	if sc == nil {
+		return
+	}
+	sc.start.Do(func() {
+		go sc.run(s)
+	})
+}
+
+// stopScraping stops s's scraper and waits for it, if it started.
+func (s *PrefixCacheSelection) stopScraping() {
+	sc := s.scraper
+	if sc == nil {
+		return
+	}
+	close(sc.stop)
+	started := true
+	sc.start.Do(func() { started = false })
+	if started {
+		<-sc.done
+	}
+}
+
+// run scrapes every upstream of s's latest pool each interval (plus up
+// to a tenth of jitter), one scrape per upstream at a time, until stop.
+func (sc *scraper) run(s *PrefixCacheSelection) {
+	defer close(sc.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	interval := time.Duration(sc.cfg.Interval)
+	timer := time.NewTimer(rand.N(interval/10 + 1))
+	defer timer.Stop()
+	client := sc.client()
+	if client == nil {
+		sc.logger.Warn("engine_metrics: the reverse_proxy has no transport to scrape with; engines are not scraped")
+		return
+	}
+	table := s.state.engineTable()
+	for {
+		select {
+		case <-sc.stop:
+			return
+		case <-sc.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		timer.Reset(interval + rand.N(interval/10+1))
+		pool := s.lastPool.Load()
+		if pool == nil {
+			continue
+		}
+		for _, u := range *pool {
+			sc.mu.Lock()
+			if sc.busy[u.Dial] {
+				sc.mu.Unlock()
+				continue
+			}
+			sc.busy[u.Dial] = true
+			sc.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outcome := sc.scrape(s, client, table, u)
+				metrics.scraped(outcome)
+				sc.mu.Lock()
+				delete(sc.busy, u.Dial)
+				changed := sc.last[u.Dial] != outcome.String()
+				sc.last[u.Dial] = outcome.String()
+				sc.mu.Unlock()
+				if changed {
+					sc.logger.Info("engine_metrics: scrape outcome changed",
+						zap.String("upstream", u.Dial), zap.String("outcome", outcome.String()))
+				}
+			}()
+		}
+	}
+}
+
+// client is the HTTP client of the scrapes: the handler's transport, a
+// timeout, and no redirects (a metrics endpoint that redirects is
+// misconfigured, and a redirect could leave the engine).
+func (sc *scraper) client() *http.Client {
+	if sc.handler == nil || sc.handler.Transport == nil {
+		return nil
+	}
+	return &http.Client{
+		Transport: sc.handler.Transport,
+		Timeout:   time.Duration(sc.cfg.Timeout),
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// scrape scrapes u once and, on success, stores its sample under u's
+// index ID.
+func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *engineTable, u *reverseproxy.Upstream) scrapeOutcome {
+	target, ok := sc.target(u.Dial)
+	if !ok {
+		return scrapeUnsupported
+	}
+	req, err := http.NewRequestWithContext(sc.ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return scrapeUnsupported
+	}
+	for k, vs := range sc.cfg.Header {
+		if http.CanonicalHeaderKey(k) == "Host" && len(vs) > 0 {
+			req.Host = vs[0]
+			continue
+		}
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			return scrapeTimeout
+		}
+		return scrapeFailed
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
+		return scrapeStatus
+	}
+	lr := &io.LimitedReader{R: resp.Body, N: maxScrapeBytes + 1}
+	sample, err := enginemetrics.Parse(lr, resp.Header)
+	if lr.N == 0 {
+		return scrapeTooLarge
+	}
+	switch {
+	case errors.Is(err, enginemetrics.ErrUnknownEngine):
+		return scrapeUnknownEngine
+	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return scrapeTimeout
+	case err != nil:
+		return scrapeGarbled
+	}
+	id, ok := s.state.index.ID(u.Dial)
+	if !ok {
+		return scrapeOK // never routed to yet: nothing to bound
+	}
+	e := &engineSample{Sample: sample, dial: u.Dial, at: time.Now().UnixNano()}
+	if q := sample.Queue(); q >= 0 {
+		e.others = max(0, int(math.Round(q))-u.NumRequests())
+	}
+	table.samples[id].Store(e)
+	return scrapeOK
+}
+
+// target is the URL that scrapes the upstream at dial: its host and port
+// (or engine_metrics' port), the scheme the transport's TLS settings give
+// a health check on that port, and uri. Placeholders in dial are
+// replaced with their global values; a unix socket is not scraped.
+func (sc *scraper) target(dial string) (*url.URL, bool) {
+	addr, err := caddy.ParseNetworkAddress(caddy.NewReplacer().ReplaceAll(dial, ""))
+	if err != nil || addr.IsUnixNetwork() || addr.PortRangeSize() != 1 {
+		return nil, false
+	}
+	port := strconv.Itoa(int(addr.StartPort))
+	if sc.cfg.Port != 0 {
+		port = strconv.Itoa(sc.cfg.Port)
+	}
+	ref, err := url.ParseRequestURI(sc.cfg.URI)
+	if err != nil {
+		return nil, false
+	}
+	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr.Host, port), Path: ref.Path, RawQuery: ref.RawQuery}
+	if o, ok := sc.handler.Transport.(reverseproxy.HealthCheckSchemeOverriderTransport); ok {
+		o.OverrideHealthCheckScheme(u, port)
+	}
+	return u, true
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
