@@ -115,3 +115,46 @@ func TestFaultsRedis(t *testing.T) {
 		t.Logf("%d of %d requests took longer than %v (%d x the warm phase's p99) after redis-server was killed", r.Delayed, r.Sent, r.DelayThreshold, delayFactor)
 	}
 }
+
+// TestFaultsMetrics breaks, then falsifies, the engines' /metrics while
+// prefix_cache scrapes them: no request may be lost, every engine's
+// endpoint must have been scraped (so the faults were seen), and the
+// broken phase, in which no scrape counts, must not be slower than the
+// warm phase past the noise (its median, delayFactor x).
+func TestFaultsMetrics(t *testing.T) {
+	const clients = 8
+	cfg := engine.DefaultConfig()
+	cfg.TimeScale = 0.05
+	r, err := Run(context.Background(), Options{
+		Policy: "prefix_cache", Config: "recommended", Duration: 4 * time.Second,
+		Clients: clients, Timeout: 15 * time.Second, Engine: cfg,
+		Fault: FaultMetrics, EngineMetrics: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	report(&sb, []Result{r})
+	t.Log("\n" + sb.String())
+	if r.Sent < 100 {
+		t.Fatalf("sent %d requests, too few to mean anything", r.Sent)
+	}
+	if r.Lost > 0 {
+		t.Errorf("lost %d of %d requests (%v) while the engines' metrics broke and lied", r.Lost, r.Sent, r.LostBy)
+	}
+	for i, n := range r.Scrapes {
+		// 10 scrapes a second for 4 s: far more than 10 unless
+		// scraping stopped.
+		if n < 10 {
+			t.Errorf("engine %d's /metrics was scraped %d times, want at least 10", i, n)
+		}
+	}
+	for p := range phaseMetricsRecovered + 1 {
+		if r.PhaseP50[p] == 0 {
+			t.Fatalf("no request served in phase %s", r.Phases[p])
+		}
+	}
+	if bound := delayFactor*r.PhaseP50[phaseWarm] + 2*time.Millisecond; r.PhaseP50[phaseMetricsBroken] > bound {
+		t.Errorf("median latency with the endpoints broken %v, want at most %v (%d x the warm median, + 2ms)", r.PhaseP50[phaseMetricsBroken], bound, delayFactor)
+	}
+}

@@ -25,6 +25,14 @@
 // control, phase medians alike:
 //
 //	go run ./bench/faults -sync redis -duration 20s
+//
+// With -faults metrics, prefix_cache scrapes the engines' /metrics
+// (engine_metrics) while the endpoints break, lie and recover, every
+// engine serving throughout (see FaultMetrics), after a control run with
+// engine_metrics off under the same schedule. Expected: no request lost,
+// and no more delayed than in the control beyond what the lies move:
+//
+//	go run ./bench/faults -faults metrics -configs recommended -duration 20s
 package main
 
 import (
@@ -53,7 +61,7 @@ func main() {
 	policies := flag.String("policies", "prefix_cache,least_conn", "lb_policy values to run, comma-separated")
 	syncFlag := flag.String("sync", "", "redis: prefix_cache's edges share placements through a redis-server, and the redis fault runs too")
 	edges := flag.Int("edges", 1, "Caddy instances, each request to one at random (the redis fault runs with at least 2)")
-	faults := flag.String("faults", "", "faults to run, comma-separated: engines, redis (default: engines, and redis with -sync redis)")
+	faults := flag.String("faults", "", "faults to run, comma-separated: engines, redis, metrics (default: engines, and redis with -sync redis)")
 	flag.Parse()
 
 	sync, err := driver.ParseSync(*syncFlag)
@@ -80,24 +88,32 @@ func main() {
 		}
 		for _, c := range strings.Split(*configs, ",") {
 			for _, p := range strings.Split(*policies, ",") {
-				n, syncs := *edges, []string{sync}
-				if f == FaultRedis {
+				n, syncs, scrape := *edges, []string{sync}, []bool{false}
+				switch f {
+				case FaultRedis:
 					if !strings.Contains(p, "prefix_cache") {
 						continue // nothing of it syncs
 					}
 					n, syncs = max(n, 2), []string{"", sync} // the control first
+				case FaultMetrics:
+					if p != "prefix_cache" {
+						continue // nothing of it scrapes
+					}
+					scrape = []bool{false, true} // the control first
 				}
 				for _, s := range syncs {
-					fmt.Fprintf(os.Stderr, "running %s faults, %s / %s, %d edge(s), sync %q, for %v...\n", f, c, p, n, s, *duration)
-					r, err := Run(ctx, Options{
-						Policy: p, Config: c, Duration: *duration, Clients: *clients, Timeout: *timeout, Engine: cfg,
-						Fault: f, Edges: n, Sync: s,
-					})
-					if err != nil {
-						fmt.Fprintln(os.Stderr, err)
-						os.Exit(1)
+					for _, em := range scrape {
+						fmt.Fprintf(os.Stderr, "running %s faults, %s / %s, %d edge(s), sync %q, engine_metrics %v, for %v...\n", f, c, p, n, s, em, *duration)
+						r, err := Run(ctx, Options{
+							Policy: p, Config: c, Duration: *duration, Clients: *clients, Timeout: *timeout, Engine: cfg,
+							Fault: f, Edges: n, Sync: s, EngineMetrics: em,
+						})
+						if err != nil {
+							fmt.Fprintln(os.Stderr, err)
+							os.Exit(1)
+						}
+						results = append(results, r)
 					}
-					results = append(results, r)
 				}
 			}
 		}
@@ -105,24 +121,63 @@ func main() {
 	report(os.Stdout, results)
 }
 
-// report prints the engine-fault runs, then the redis-fault runs.
+// report prints the engine-fault runs, then the redis-fault and the
+// metrics-fault runs.
 func report(w io.Writer, results []Result) {
-	var engines, redis []Result
+	var engines, redis, metrics []Result
 	for _, r := range results {
-		if r.Fault == FaultRedis {
+		switch r.Fault {
+		case FaultRedis:
 			redis = append(redis, r)
-		} else {
+		case FaultMetrics:
+			metrics = append(metrics, r)
+		default:
 			engines = append(engines, r)
 		}
 	}
-	if len(engines) > 0 {
-		reportEngines(w, engines)
-	}
-	if len(redis) > 0 {
-		if len(engines) > 0 {
+	sep := false
+	for _, part := range []struct {
+		runs []Result
+		rep  func(io.Writer, []Result)
+	}{{engines, reportEngines}, {redis, reportRedis}, {metrics, reportMetrics}} {
+		if len(part.runs) == 0 {
+			continue
+		}
+		if sep {
 			fmt.Fprintln(w)
 		}
-		reportRedis(w, redis)
+		part.rep(w, part.runs)
+		sep = true
+	}
+}
+
+// reportMetrics prints one line per metrics-fault run.
+func reportMetrics(w io.Writer, results []Result) {
+	fmt.Fprintf(w, "engines' /metrics broken at %.0f%% of the run (engine 0 hangs, 1 answers 500, 2 garbage, 3 a body past the size bound), lying at %.0f%% (0 and 2 claim a million requests queued, 1 none), recovered at %.0f%%; a request is delayed past the noise above %d x the warm phase's p99:\n\n",
+		100*metricsPhaseStart[phaseMetricsBroken], 100*metricsPhaseStart[phaseMetricsLying], 100*metricsPhaseStart[phaseMetricsRecovered], delayFactor)
+	phases := strings.Join(metricsPhaseNames[:phaseMetricsRecovered+1], " / ")
+	fmt.Fprintf(w, "| config | policy | engine_metrics | scrapes | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s |\n", phases, phases)
+	fmt.Fprintf(w, "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		var causes, p50, p99 []string
+		for c, n := range r.LostBy {
+			causes = append(causes, fmt.Sprintf("%s: %d", c, n))
+		}
+		for p := range phaseMetricsRecovered + 1 {
+			p50 = append(p50, r.PhaseP50[p].Round(100*time.Microsecond).String())
+			p99 = append(p99, r.PhaseP99[p].Round(100*time.Microsecond).String())
+		}
+		em := "off (control)"
+		if r.EngineMetrics {
+			em = "on"
+		}
+		var scrapes int64
+		for _, n := range r.Scrapes {
+			scrapes += n
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %s | %d | %v | %s | %s |\n",
+			configLabel(r), r.Policy, em, scrapes, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "),
+			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), strings.Join(p50, " / "), strings.Join(p99, " / "))
 	}
 }
 

@@ -41,6 +41,16 @@ const (
 	// delayed past the run's own noise (see Result.Delayed), since
 	// prefix_cache never waits on Redis.
 	FaultRedis = "redis"
+
+	// FaultMetrics: prefix_cache scrapes the engines' /metrics
+	// (engine_metrics), and the endpoints break while every engine keeps
+	// serving: first each in another way (hanging, 500, garbage, a body
+	// past the size bound), then they lie (a million requests queued on
+	// two, none on another), then they recover. Expected: no request
+	// lost, none delayed past the control run's, the same schedule with
+	// engine_metrics off: a scrape never runs on the request path, and a
+	// lie can at worst move requests between healthy engines.
+	FaultMetrics = "metrics"
 )
 
 // The phases of an engines run, as fractions of its duration.
@@ -71,6 +81,34 @@ var (
 	redisPhaseStart = []float64{0, 0.3, 0.5}
 )
 
+// The phases of a metrics run.
+const (
+	phaseMetricsBroken    = 1 // each endpoint broken in its own way
+	phaseMetricsLying     = 2 // endpoints answering lies
+	phaseMetricsRecovered = 3 // every endpoint its engine's again
+)
+
+var (
+	metricsPhaseNames = []string{"warm", "metrics broken", "metrics lying", "metrics recovered", "drain"}
+	metricsPhaseStart = []float64{0, 0.25, 0.5, 0.75}
+	// metricsFaults is each engine's metrics mode in each phase after
+	// warm.
+	metricsFaults = [][4]metricsMode{
+		phaseMetricsBroken:    {metricsHang, metricsStatus, metricsGarbage, metricsTooLarge},
+		phaseMetricsLying:     {metricsLieBusy, metricsLieIdle, metricsLieBusy, metricsUp},
+		phaseMetricsRecovered: {metricsUp, metricsUp, metricsUp, metricsUp},
+	}
+)
+
+// engineMetricsOptions is prefix_cache's engine_metrics in a metrics run:
+// scrapes ten times a second, so that every phase sees many of them.
+const engineMetricsOptions = `{
+			engine_metrics {
+				interval 100ms
+				timeout 100ms
+			}
+		}`
+
 // delayFactor times the warm phase's p99 latency is the longest a request
 // may take after the fault before it counts as delayed: the warm phase
 // is the same clients, load and engines with nothing failed. On a shared
@@ -90,8 +128,12 @@ type Options struct {
 	Timeout  time.Duration // a client gives up on a request after this long: lost
 	Engine   engine.Config
 
-	// Fault is FaultEngines (the default) or FaultRedis.
+	// Fault is FaultEngines (the default), FaultRedis or FaultMetrics.
 	Fault string
+
+	// EngineMetrics turns prefix_cache's engine_metrics on. FaultMetrics
+	// without it is the control: the endpoints break, no one scrapes.
+	EngineMetrics bool
 
 	// Edges is the number of Caddy instances, each request going to one
 	// at random; more than one run as child processes (the binary calls
@@ -173,6 +215,8 @@ type Result struct {
 	Hung           [4]int64 // requests engine i held while wedged
 	P50, P99       time.Duration
 	Restarted      int64 // requests engine 0 served after its restart
+	EngineMetrics  bool
+	Scrapes        [4]int64 // /metrics requests each engine received
 
 	// PhaseP50 and PhaseP99 are latencies of the requests served, by the
 	// phase they were sent in. Delayed counts the requests sent after the
@@ -198,8 +242,16 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if !ok {
 		return res, fmt.Errorf("unknown config %q", opts.Config)
 	}
-	if opts.Fault != FaultEngines && opts.Fault != FaultRedis {
+	if opts.Fault != FaultEngines && opts.Fault != FaultRedis && opts.Fault != FaultMetrics {
 		return res, fmt.Errorf("unknown fault %q", opts.Fault)
+	}
+	policyBlock := ""
+	if opts.EngineMetrics {
+		if opts.Policy != "prefix_cache" {
+			return res, fmt.Errorf("engine_metrics is an option of prefix_cache, not %s", opts.Policy)
+		}
+		policyBlock = engineMetricsOptions
+		res.EngineMetrics = true
 	}
 	if _, err := driver.ParseSync(opts.Sync); err != nil {
 		return res, err
@@ -251,11 +303,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 }
 http://%s {
 	reverse_proxy %s {
-		lb_policy %s
+		lb_policy %s %s
 		%s
 	}
 }
-`, storage, httpPort, httpsPort, listen, strings.Join(dials, " "), opts.Policy, proxyOpts)
+`, storage, httpPort, httpsPort, listen, strings.Join(dials, " "), opts.Policy, policyBlock, proxyOpts)
 		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
 		if err != nil {
 			return res, fmt.Errorf("adapting Caddyfile: %w\n%s", err, caddyfile)
@@ -365,6 +417,18 @@ http://%s {
 		}
 		res.Phases = redisPhaseNames
 	}
+	if opts.Fault == FaultMetrics {
+		starts, steps = metricsPhaseStart, nil
+		for _, modes := range metricsFaults[1:] {
+			steps = append(steps, func() error {
+				for i, m := range modes {
+					nodes[i].setMetricsMode(m)
+				}
+				return nil
+			})
+		}
+		res.Phases = metricsPhaseNames
+	}
 	for i, step := range steps {
 		select {
 		case <-at(starts[i+1]):
@@ -401,6 +465,7 @@ http://%s {
 			res.Reached[i][p] = n.reached[p].Load()
 		}
 		res.Hung[i] = n.hung.Load()
+		res.Scrapes[i] = n.scrapes.Load()
 	}
 	if e := nodes[0].engine(); e != nil {
 		res.Restarted = e.Stats().Finished
