@@ -137,6 +137,23 @@ type upstreamStats struct {
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
+	// Answers is what the upstream's answers said it had cached, with
+	// prefix_cache_usage; absent until one.
+	Answers *answerStats `json:"answers,omitempty"`
+}
+
+// answerStats is what an upstream's answers said about its cache, and
+// what the index predicted for the same requests.
+type answerStats struct {
+	Answers      uint64 `json:"answers"`
+	PromptTokens int64  `json:"prompt_tokens"`
+	CachedTokens int64  `json:"cached_tokens"`
+	// HitRate is cached / prompt tokens, as the engine counted them;
+	// PredictedHitRate the share of the same requests' routing text the
+	// index believed the upstream held.
+	HitRate          float64           `json:"hit_rate"`
+	PredictedHitRate float64           `json:"predicted_hit_rate"`
+	Outcomes         map[string]uint64 `json:"outcomes"`
 }
 
 // engineStats is what an upstream's engine last said on its metrics
@@ -202,6 +219,17 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 					us.PrefillBacklog = s.backlog(tab.ids[i], now)
 				}
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
+				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
+					us.Answers = &answerStats{
+						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
+						HitRate:          ratio(c.cachedTokens, c.promptTokens),
+						PredictedHitRate: ratio(c.predictedBytes, c.routedBytes),
+						Outcomes:         map[string]uint64{},
+					}
+					for o, name := range predictionNames {
+						us.Answers.Outcomes[name] = c.outcomes[o]
+					}
+				}
 				if t := s.state.engines.Load(); t != nil && tab.ids[i] != 0 {
 					if e := t.samples[tab.ids[i]].Load(); e != nil && e.dial == u.Dial {
 						age := time.Duration(now - e.at)
@@ -336,11 +364,13 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		done[st] = true
-		if _, known := st.index.ID(dial); !known {
+		id, known := st.index.ID(dial)
+		if !known {
 			continue
 		}
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
+		st.answers.forget(id)
 	}
 	for _, t := range targets {
 		t.s.upstreams.invalidate()
@@ -396,6 +426,14 @@ func writeJSON(w http.ResponseWriter, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// ratio is a / b, 0 when b is 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // Interface guards

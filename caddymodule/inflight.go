@@ -73,6 +73,15 @@ func (c *charge) release() (prefixindex.ID, string, int) {
 	return c.id, c.dial, c.from
 }
 
+// last returns the upstream last charged (ID 0 if none), the routing
+// text charged to it and the part of it that upstream was not believed
+// to hold, before or after the release.
+func (c *charge) last() (prefixindex.ID, int64, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id, c.n, c.u
+}
+
 // give gives back what is charged. c.mu must be held.
 func (c *charge) give() {
 	if c.tab != nil {

@@ -27,6 +27,8 @@ type metricSet struct {
 	syncRejections  *prometheus.CounterVec
 	syncLag         prometheus.Histogram
 	scrapes         *prometheus.CounterVec
+	answerTokens    *prometheus.CounterVec
+	answers         *prometheus.CounterVec
 	state           stateCollector
 }
 
@@ -86,6 +88,16 @@ func newMetricSet() *metricSet {
 			Name: "engine_scrapes_total",
 			Help: "Scrapes of the upstreams' own metrics (engine_metrics), by outcome: ok, failed (no response), timeout, status (not 200), too_large, garbled (not a Prometheus exposition), unknown_engine (no vLLM, SGLang, TGI or llama.cpp metric), unsupported_address (a unix socket). Any outcome but ok leaves the upstream bounded as without engine_metrics.",
 		}, []string{"outcome"}),
+		answerTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "answer_tokens_total",
+			Help: "Prompt tokens of routed requests as the engines' answers counted them (prefix_cache_usage), by kind: prompt (all of them) or cached (what the engine had in its prefix cache). cached / prompt is the fleet's real hit rate.",
+		}, []string{"kind"}),
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "answers_total",
+			Help: "Routed requests whose answer said what the engine had cached (prefix_cache_usage), by how it compared with the index's prediction, within a quarter of the prompt: as_predicted, less_cached (the engine had evicted, or never held, what the index believed), more_cached.",
+		}, []string{"outcome"}),
 	}
 	// Every label value exists from the start, so rates work from zero.
 	for _, r := range selection.Reasons() {
@@ -108,6 +120,11 @@ func newMetricSet() *metricSet {
 	for _, o := range scrapeOutcomeNames {
 		m.scrapes.WithLabelValues(o)
 	}
+	m.answerTokens.WithLabelValues("prompt")
+	m.answerTokens.WithLabelValues("cached")
+	for _, o := range predictionNames {
+		m.answers.WithLabelValues(o)
+	}
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
 	}
@@ -123,7 +140,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.selections, metrics.peeks, metrics.matchedFraction,
 		metrics.promptBytes, metrics.matchedBytes, metrics.settlements,
-		metrics.syncMessages, metrics.syncRejections, metrics.syncLag, metrics.scrapes, &metrics.state,
+		metrics.syncMessages, metrics.syncRejections, metrics.syncLag, metrics.scrapes,
+		metrics.answerTokens, metrics.answers, &metrics.state,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
@@ -155,6 +173,12 @@ func (m *metricSet) syncPublished(k edgesync.Kind) {
 func (m *metricSet) syncApplied(k edgesync.Kind, lag time.Duration) {
 	m.syncMessages.WithLabelValues("applied", k.String()).Inc()
 	m.syncLag.Observe(max(lag, 0).Seconds())
+}
+
+func (m *metricSet) answered(u usage, o predictionOutcome) {
+	m.answerTokens.WithLabelValues("prompt").Add(float64(u.prompt))
+	m.answerTokens.WithLabelValues("cached").Add(float64(u.cached))
+	m.answers.WithLabelValues(o.String()).Inc()
 }
 
 func (m *metricSet) scraped(o scrapeOutcome) {

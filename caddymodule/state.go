@@ -59,6 +59,9 @@ type sharedState struct {
 	// engines is the latest scrape of each upstream's engine, with
 	// engine_metrics; nil until an instance scrapes.
 	engines atomic.Pointer[engineTable]
+	// answers is what the engines answered about their caches, with
+	// prefix_cache_usage.
+	answers answerTable
 	// seen is, per upstream ID, the janitor's clock when the upstream was
 	// last in a pool an instance routed from or holds; clock is that
 	// clock, in ticks since start.
@@ -193,6 +196,7 @@ func (st *sharedState) sweep() (shortest caddy.Duration, ok bool) {
 		}
 		owned := st.index.Owned()[name]
 		st.index.Forget(name)
+		st.answers.forget(id)
 		st.seen[id].Store(0)
 		for _, s := range users {
 			s.upstreams.invalidate()

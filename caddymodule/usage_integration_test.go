@@ -1,0 +1,192 @@
+package caddymodule_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/engine"
+)
+
+// answersOf returns the answer stats the admin API shows for each
+// upstream that has some.
+func answersOf(t *testing.T, admin string) map[string]map[string]any {
+	t.Helper()
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Instances []struct {
+			Upstreams []struct {
+				Dial    string         `json:"dial"`
+				Answers map[string]any `json:"answers"`
+			} `json:"upstreams"`
+		} `json:"instances"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, in := range st.Instances {
+		for _, u := range in.Upstreams {
+			if u.Answers != nil {
+				out[u.Dial] = u.Answers
+			}
+		}
+	}
+	return out
+}
+
+// withStream makes a chat body streaming, with or without the usage
+// chunk.
+func withStream(body []byte, includeUsage bool) []byte {
+	extra := `,"stream":true}`
+	if includeUsage {
+		extra = `,"stream":true,"stream_options":{"include_usage":true}}`
+	}
+	return append(body[:len(body)-1:len(body)-1], extra...)
+}
+
+// With prefix_cache_usage in front of the reverse_proxy, what the
+// simulated vLLM engines answer about their caches (JSON answers and
+// streams with the usage chunk) reaches the policy: the holder of a
+// conversation reports the cached prompt of its later turns, the index
+// predicted it, and the fleet's real hit rate is on Caddy's /metrics. A
+// stream without the usage chunk teaches nothing.
+func TestUsageReachesThePolicy(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.TimeScale = 0
+	fleet, err := engine.StartFleet(2, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fleet.Close)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	prefix_cache_usage
+	reverse_proxy %s {
+		lb_policy prefix_cache
+	}
+}
+`, port, strings.Join(fleet.Addrs(), " ")))
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	send := func(body []byte) {
+		t.Helper()
+		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	const series = "caddy_prefix_cache_answer_tokens_total"
+	before := scrape(t, admin, series)
+	system := words("usage", 600)
+	send(chat(system, "first turn"))
+	send(withStream(chat(system, "first turn", "an answer", "second turn"), true))
+	send(chat(system, "first turn", "an answer", "second turn", "another", "third turn"))
+	send(withStream(chat(system, "first turn", "an answer", "second turn", "another", "third turn", "more", "fourth turn"), false))
+
+	answers := answersOf(t, admin)
+	if len(answers) != 1 {
+		t.Fatalf("answers on %d upstreams, want the conversation's holder alone: %v", len(answers), answers)
+	}
+	for dial, a := range answers {
+		// Four turns, of which the stream without include_usage said
+		// nothing.
+		if a["answers"] != 3.0 {
+			t.Errorf("%s: %v answers, want 3", dial, a["answers"])
+		}
+		if a["cached_tokens"].(float64) <= 0 || a["hit_rate"].(float64) <= 0.3 {
+			t.Errorf("%s: cached %v tokens, hit rate %v: the later turns' cached prompt was not read", dial, a["cached_tokens"], a["hit_rate"])
+		}
+		outcomes := a["outcomes"].(map[string]any)
+		if outcomes["as_predicted"].(float64) < 2 {
+			t.Errorf("%s: outcomes %v, want the warm turns as predicted", dial, outcomes)
+		}
+	}
+	after := scrape(t, admin, series)
+	for _, kind := range []string{"prompt", "cached"} {
+		key := fmt.Sprintf("%s{kind=%q}", series, kind)
+		if after[key] <= before[key] {
+			t.Errorf("%s did not rise", key)
+		}
+	}
+}
+
+// Reading answers changes no byte of them and holds none back: the
+// upstream writes each event only once the client has read the one
+// before, and the client gets exactly what the upstream sent.
+func TestUsageHandlerPassesStreamsThrough(t *testing.T) {
+	next := make(chan struct{})
+	var sent bytes.Buffer
+	events := []string{
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"lo \\\"prompt_tokens\\\": 9\"}}],\"usage\":null}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":300,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n",
+		"data: [DONE]\n\n",
+	}
+	bs := newBackends(t, 1)
+	bs[0].handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, ev := range events {
+			io.WriteString(w, ev)
+			sent.WriteString(ev)
+			w.(http.Flusher).Flush()
+			if i == len(events)-1 {
+				break
+			}
+			select {
+			case <-next: // the client has read this event
+			case <-r.Context().Done():
+				return true
+			}
+		}
+		return true
+	}
+	port := freePort(t)
+	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	prefix_cache_usage
+	reverse_proxy %s {
+		lb_policy prefix_cache
+	}
+}
+`, port, bs[0].addr()))
+	body := withStream(chat("sys", "stream please"), true)
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	var got bytes.Buffer
+	for i, ev := range events {
+		buf := make([]byte, len(ev))
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		got.Write(buf)
+		if i < len(events)-1 {
+			next <- struct{}{}
+		}
+	}
+	rest, _ := io.ReadAll(rd)
+	got.Write(rest)
+	if !bytes.Equal(got.Bytes(), sent.Bytes()) {
+		t.Errorf("client got\n%q\nupstream sent\n%q", got.Bytes(), sent.Bytes())
+	}
+	a := answersOf(t, admin)[bs[0].addr()]
+	if a == nil || a["answers"] != 1.0 || a["prompt_tokens"] != 300.0 || a["cached_tokens"] != 0.0 {
+		t.Errorf("answer stats %v, want one answer of 300 prompt tokens, 0 cached", a)
+	}
+}
