@@ -108,6 +108,7 @@ type instanceStats struct {
 type syncStats struct {
 	edgesync.Status
 	SyncHashes       string `json:"sync_hashes"`
+	SyncLoad         bool   `json:"sync_load"`
 	AppliedPlaced    uint64 `json:"applied_placed"`
 	AppliedConfirmed uint64 `json:"applied_confirmed"`
 	AppliedLoad      uint64 `json:"applied_load"`
@@ -196,6 +197,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			is.Sync = &syncStats{
 				Status:           ss.transport.Status(),
 				SyncHashes:       s.SyncHashes,
+				SyncLoad:         *s.SyncLoad,
 				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
 				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
 				AppliedLoad:      ss.applied[edgesync.LoadKind].Load(),

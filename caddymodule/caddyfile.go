@@ -40,6 +40,7 @@ import (
 //			<transport options>
 //		}
 //		sync_hashes    all|new
+//		sync_load      on|off
 //		engine_metrics [<uri>] {
 //			port     <port>
 //			interval <duration>
@@ -211,6 +212,22 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Errf("invalid sync_hashes '%s': must be %s or %s", v, SyncHashesAll, SyncHashesNew)
 			}
 			s.SyncHashes = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "sync_load":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			var on bool
+			switch d.Val() {
+			case "on":
+				on = true
+			case "off":
+			default:
+				return d.Errf("invalid sync_load '%s': must be on or off", d.Val())
+			}
+			s.SyncLoad = &on
 			if d.NextArg() {
 				return d.ArgErr()
 			}

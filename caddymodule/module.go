@@ -235,6 +235,13 @@ type PrefixCacheSelection struct {
 	// least the deepest). Default: `all`.
 	SyncHashes string `json:"sync_hashes,omitempty"`
 
+	// Whether the edges also share their load: each publishes its
+	// requests in flight per upstream every 100 ms and bounds each
+	// upstream by the whole tier's. Off, each edge bounds by its own
+	// load (and, with engine_metrics, by the engines' queues).
+	// Default: `true` (with sync).
+	SyncLoad *bool `json:"sync_load,omitempty"`
+
 	fallback     reverseproxy.Selector
 	fallbackName string
 	chunker      prefixindex.Chunker
@@ -315,6 +322,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	}
 	if s.SyncHashes == "" {
 		s.SyncHashes = SyncHashesAll
+	}
+	if s.SyncLoad == nil {
+		on := true
+		s.SyncLoad = &on
 	}
 	if s.EngineMetrics != nil {
 		s.EngineMetrics.provision()
@@ -424,6 +435,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
 		zap.Bool("engine_queue", s.engineQueue),
+		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
 		zap.String("fallback", s.fallbackName),
 		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
 	)
@@ -656,7 +668,11 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}
 	for j, u := range sc.ups {
 		id := sc.ids[j]
-		remoteReq, remoteBytes := s.state.tier.load(id) // 0 without sync
+		var remoteReq int
+		var remoteBytes int64
+		if *s.SyncLoad {
+			remoteReq, remoteBytes = s.state.tier.load(id) // 0 without sync
+		}
 		if engines != nil {
 			// The engine's queue counts the other edges too: the
 			// larger of the two views of them, never their sum.

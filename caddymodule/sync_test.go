@@ -412,3 +412,38 @@ var (
 	_ caddy.Provisioner     = (*fakeTransport)(nil)
 	_ caddyfile.Unmarshaler = (*fakeTransport)(nil)
 )
+
+// With sync_load off an instance shares placements but not load: it
+// neither reports for its state nor counts the other edges' reports,
+// and the state's instance with sync_load on reports in its stead.
+func TestSyncLoadOff(t *testing.T) {
+	const bus = "sync-load-off"
+	off := false
+	s := provisioned(t, &PrefixCacheSelection{
+		MaxEntries: 7007,
+		SyncRaw:    json.RawMessage(fmt.Sprintf(`{"transport":"fake","bus":%q}`, bus)),
+		SyncLoad:   &off,
+	})
+	pool := poolOf("10.7.8.1:8000")
+	s.notePool(pool)
+	s.upstreams.table(s.state.index, pool)
+	id, _ := s.state.index.ID("10.7.8.1:8000")
+	busNamed(bus).deliver(loadReport(91, edgesync.UpstreamLoad{Upstream: "10.7.8.1:8000", Requests: 9, Bytes: 900}))
+	if n, _ := s.state.tier.load(id); n != 0 || s.sync.applied[edgesync.LoadKind].Load() != 0 {
+		t.Errorf("with sync_load off: %d remote requests counted, %d reports applied; want none", n, s.sync.applied[edgesync.LoadKind].Load())
+	}
+	if s.reportsForState() {
+		t.Error("an instance with sync_load off reports its state's load")
+	}
+	on := syncing(t, bus, 7007, pool) // the same state, sync_load on by default
+	if on.state != s.state {
+		t.Fatal("the two instances do not share their index state")
+	}
+	if !on.reportsForState() {
+		t.Error("the state's instance with sync_load on does not report: a lower-numbered one with it off stands in its way")
+	}
+	busNamed(bus).deliver(loadReport(92, edgesync.UpstreamLoad{Upstream: "10.7.8.1:8000", Requests: 3, Bytes: 300}))
+	if n, _ := on.state.tier.load(id); n != 3 {
+		t.Errorf("with sync_load on: %d remote requests, want 3", n)
+	}
+}

@@ -187,7 +187,7 @@ func ownLoadOrigin(o uint64) bool {
 // startLoadReports starts the instance's load reports, once it is in the
 // list of instances (addInstance), which the reports read.
 func (s *PrefixCacheSelection) startLoadReports() {
-	if s.sync != nil {
+	if s.sync != nil && *s.SyncLoad {
 		go s.reportLoad(s.sync.stopLoad)
 	}
 }
@@ -228,11 +228,14 @@ func (s *PrefixCacheSelection) appendLoadReport(dst []byte, report *edgesync.Loa
 }
 
 // reportsForState reports whether s is the lowest-numbered live instance
-// with sync on its index.
+// with sync and sync_load on its index.
 func (s *PrefixCacheSelection) reportsForState() bool {
+	if s.sync == nil || !*s.SyncLoad {
+		return false
+	}
 	lowest := true
 	eachInstance(func(x *PrefixCacheSelection) {
-		if x != s && x.state == s.state && x.sync != nil && x.id < s.id {
+		if x != s && x.state == s.state && x.sync != nil && *x.SyncLoad && x.id < s.id {
 			lowest = false
 		}
 	})
@@ -286,7 +289,7 @@ func requestOwners() map[string]*sharedState {
 	syncing := map[*sharedState]bool{}
 	eachInstance(func(x *PrefixCacheSelection) {
 		list = append(list, x)
-		if x.sync != nil {
+		if x.sync != nil && *x.SyncLoad {
 			syncing[x.state] = true
 		}
 	})
@@ -311,6 +314,9 @@ func requestOwners() map[string]*sharedState {
 // same report replace one another's application of it with the same
 // thing.
 func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
+	if !*s.SyncLoad {
+		return // this instance bounds by its own load
+	}
 	ss := s.sync
 	r := &ss.recvLoad
 	if err := r.Decode(msg, 0); err != nil {
