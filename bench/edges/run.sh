@@ -8,6 +8,15 @@
 #   bash bench/edges/run.sh                          # everything, ~3 h on 2 cores
 #   SEEDS=1 EDGES="1 4" WORKLOADS=chat bash bench/edges/run.sh
 #
+# GEN_TS and MC_TS override the time scales (0.5 and 0.2): at 1 the
+# engines run in real time, and the edges' own wall-clock intervals (load
+# reports every 100 ms, scrapes) weigh as they would in production rather
+# than 2x or 5x more. CUSTOM adds prefix_cache variants to the sync runs,
+# as prefixbench -custom-policy specs separated by ';':
+#
+#   OUT=/tmp/edges-ts1 GEN_TS=1 EDGES="1 4" WORKLOADS=agent bash bench/edges/run.sh
+#   CUSTOM='pc_noload={"policy":"prefix_cache","sync_load":false}' EDGES=4 bash bench/edges/run.sh
+#
 # Without sync, round_robin runs beside prefix_cache (it has nothing to
 # sync). With one edge, prefix_cache runs a second time as a child
 # process (-edge-process, the e1p files), the layout of N edges, so that
@@ -22,6 +31,9 @@ SEEDS=${SEEDS:-"1 2 3"}
 EDGES=${EDGES:-"1 2 4 8"}
 WORKLOADS=${WORKLOADS:-"shared-prefix chat agent mooncake"}
 SYNCS=${SYNCS:-"none redis"}
+GEN_TS=${GEN_TS:-0.5}
+MC_TS=${MC_TS:-0.2}
+CUSTOM=${CUSTOM:-}
 mkdir -p "$OUT"
 go build -o "$OUT/prefixbench" ./bench/cmd/prefixbench
 
@@ -29,10 +41,10 @@ go build -o "$OUT/prefixbench" ./bench/cmd/prefixbench
 # one-edge rows are comparable with it.
 workload_args() {
 	case $1 in
-	shared-prefix) echo "-time-scale 0.5 -workload shared-prefix -requests 800 -qps 30,80" ;;
-	chat) echo "-time-scale 0.5 -workload chat -requests 60 -qps 20" ;;
-	agent) echo "-time-scale 0.5 -workload agent -requests 60 -qps 20" ;;
-	mooncake) echo "-time-scale 0.2 -workload mooncake -mooncake-duration 10m -kv-blocks 25000" ;;
+	shared-prefix) echo "-time-scale $GEN_TS -workload shared-prefix -requests 800 -qps 30,80" ;;
+	chat) echo "-time-scale $GEN_TS -workload chat -requests 60 -qps 20" ;;
+	agent) echo "-time-scale $GEN_TS -workload agent -requests 60 -qps 20" ;;
+	mooncake) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000" ;;
 	*) echo "unknown workload $1" >&2; exit 2 ;;
 	esac
 }
@@ -71,8 +83,16 @@ for seed in $SEEDS; do
 						run "$w-e1p-none-s$seed" $args -seed "$seed" -edges 1 -edge-process -policies prefix_cache -no-bound
 					fi
 				else
+					policies=prefix_cache
+					custom=()
+					IFS=';' read -ra specs <<<"$CUSTOM"
+					for spec in "${specs[@]}"; do
+						[ -n "$spec" ] || continue
+						custom+=(-custom-policy "$spec")
+						policies+=",${spec%%=*}"
+					done
 					# shellcheck disable=SC2086
-					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies prefix_cache
+					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies "$policies" "${custom[@]}"
 				fi
 			done
 		done
