@@ -41,6 +41,13 @@
 // shards (Index.Scope), so no tenant, however much it sends, holds or
 // evicts more than that share of the index.
 //
+// # Capacities
+//
+// SetCapacity tells the index how many chunks an upstream's engine holds;
+// the index then models that engine as an LRU of that size, fed the
+// chunks each Record sends it uncached, and Depths stops counting what it
+// has evicted (capacity.go).
+//
 // # Memory
 //
 // An entry is 24 bytes (hash, four 16-bit owners, two 32-bit LRU links) in a
@@ -53,6 +60,11 @@
 // 8 S(C) bytes of slots and 128 bytes of its own, so:
 //
 //	Stats().Bytes <= 46*MaxEntries + 8.5 KiB*Shards + 17 KiB + sum over interned names of (len(name) + 64)
+//
+// With a capacity set for any upstream (SetCapacity), each shard also
+// keeps 16 bytes of stamps per entry, and the index 512 KiB of clocks and
+// capacities: add 16*MaxEntries (plus the growth rounding of the stamps'
+// array) and 512 KiB to the bound.
 //
 // A full index costs between 35 and 46 bytes per entry depending on where C
 // falls between powers of two; the default (1<<20 entries, 16 shards) costs

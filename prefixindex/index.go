@@ -130,6 +130,10 @@ type Index struct {
 
 	ids atomic.Pointer[map[string]ID] // read-only once published
 
+	// caps holds the upstreams' capacities and clocks (capacity.go); nil
+	// until SetCapacity first sets one.
+	caps atomic.Pointer[capacities]
+
 	mu        sync.Mutex                     // guards the fields below and writers of ids
 	used      [(MaxIDs + 1 + 31) / 32]uint32 // bit id set while id is interned or being forgotten
 	nUsed     int
@@ -144,6 +148,7 @@ type scratch struct {
 	order  []uint32                       // chunk positions, grouped by shard
 	end    []uint32                       // end[s]: end of shard s's group in order
 	owners []uint64                       // owner list per chunk (Depths)
+	stamps [][MaxOwners]uint32            // their stamps, with capacities (Depths)
 	want   [(MaxIDs + 1 + 63) / 64]uint64 // ids still without a depth (Depths); all zero between uses
 }
 
@@ -339,6 +344,7 @@ func (ix *Index) Forget(name string) {
 	}
 
 	ix.mu.Lock()
+	ix.forgetCapacity(id)
 	ix.used[id/32] &^= 1 << (id % 32)
 	ix.nUsed--
 	ix.nameBytes -= int64(len(name)) + nameOverhead
@@ -397,6 +403,10 @@ func (ix *Index) Depths(scope Scope, hashes []Hash, ids []ID, depths []int) {
 	defer ix.release(sc)
 	ix.group(sc, scope, hashes)
 	sc.owners = slices.Grow(sc.owners[:0], len(hashes))[:len(hashes)]
+	caps := ix.caps.Load()
+	if caps != nil {
+		sc.stamps = slices.Grow(sc.stamps[:0], len(hashes))[:len(hashes)]
+	}
 	start := uint32(0)
 	for g, end := range sc.end {
 		if start == end {
@@ -405,7 +415,11 @@ func (ix *Index) Depths(scope Scope, hashes []Hash, ids []ID, depths []int) {
 		sh := ix.shardOf(scope, g)
 		sh.mu.Lock()
 		for _, i := range sc.order[start:end] {
-			sc.owners[i] = sh.owners(sc.m[i], uint64(hashes[i]))
+			if caps == nil {
+				sc.owners[i] = sh.owners(sc.m[i], uint64(hashes[i]))
+				continue
+			}
+			sc.owners[i], sc.stamps[i] = sh.ownersStamped(sc.m[i], uint64(hashes[i]))
 		}
 		sh.mu.Unlock()
 		start = end
@@ -421,10 +435,13 @@ func (ix *Index) Depths(scope Scope, hashes []Hash, ids []ID, depths []int) {
 		}
 	}
 	for k := len(hashes) - 1; k >= 0 && remaining > 0; k-- {
-		for o := sc.owners[k]; o != 0; o >>= 16 {
+		for o, p := sc.owners[k], 0; o != 0; o, p = o>>16, p+1 {
 			id := ID(o)
 			if sc.want[id/64]&(1<<(id%64)) == 0 {
 				continue
+			}
+			if caps != nil && caps.evicted(id, sc.stamps[k][p]) {
+				continue // its engine has evicted this prefix since
 			}
 			sc.want[id/64] &^= 1 << (id % 64)
 			remaining--
@@ -474,6 +491,12 @@ func (ix *Index) update(scope Scope, hashes []Hash, owner ID, confirm bool) {
 	}
 	sc := ix.pool.Get().(*scratch)
 	ix.group(sc, scope, hashes)
+	caps := ix.caps.Load()
+	var now, limit uint32
+	if caps != nil {
+		now, limit = caps.clock[owner].Load(), caps.limit[owner].Load()
+	}
+	fresh := 0
 	start := uint32(0)
 	for g, end := range sc.end {
 		if start == end {
@@ -481,6 +504,10 @@ func (ix *Index) update(scope Scope, hashes []Hash, owner ID, confirm bool) {
 		}
 		sh := ix.shardOf(scope, g)
 		sh.mu.Lock()
+		if caps != nil && sh.stamps == nil {
+			sh.initStamps()
+		}
+		sh.capNow, sh.capLimit, sh.capFresh = now, limit, 0
 		// Checked under the lock: see Forget.
 		if ix.isLive(owner) {
 			group := sc.order[start:end]
@@ -493,8 +520,14 @@ func (ix *Index) update(scope Scope, hashes []Hash, owner ID, confirm bool) {
 				}
 			}
 		}
+		fresh += sh.capFresh
 		sh.mu.Unlock()
 		start = end
+	}
+	if limit != 0 && fresh > 0 {
+		// What was new to the upstream's engine took as many of its
+		// blocks, evicting its least recently used once it is full.
+		caps.clock[owner].Add(uint32(fresh))
 	}
 	ix.release(sc)
 }
@@ -585,6 +618,9 @@ func (ix *Index) Stats() Stats {
 		st.Evictions += sh.evictions
 		st.Bytes += sh.bytes()
 		sh.mu.Unlock()
+	}
+	if ix.caps.Load() != nil {
+		st.Bytes += int64(unsafe.Sizeof(capacities{}))
 	}
 	ix.mu.Lock()
 	st.Upstreams = len(*ix.ids.Load())

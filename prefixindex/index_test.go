@@ -126,6 +126,22 @@ func (s *shard) check(ix *Index, si uint64) error {
 	if s.n-s.nProb > s.protLimit {
 		return fmt.Errorf("%d protected entries, more than protLimit %d", s.n-s.nProb, s.protLimit)
 	}
+	if s.stamps != nil && len(s.stamps) != len(s.entries) && len(s.entries) > 0 {
+		return fmt.Errorf("%d stamps for %d entries", len(s.stamps), len(s.entries))
+	}
+	if s.stamps != nil {
+		for idx := sentinels; idx < len(s.entries); idx++ {
+			n := 0
+			for o := s.entries[idx].owners; o != 0; o >>= 16 {
+				n++
+			}
+			for p := n; p < MaxOwners; p++ {
+				if s.stamps[idx][p] != 0 && s.entries[idx].owners != 0 {
+					return fmt.Errorf("entry %d: stamp %d in lane %d, which has no owner (owners %#x)", idx, s.stamps[idx][p], p, s.entries[idx].owners)
+				}
+			}
+		}
+	}
 	occupied := 0
 	for _, v := range s.slots {
 		if v != 0 {

@@ -102,3 +102,31 @@ func TestLazyAllocation(t *testing.T) {
 		t.Errorf("after one Record of 10 hashes: Stats().Bytes = %d, want <= 64 KiB", b)
 	}
 }
+
+// With capacities, the stamps add 16 bytes per entry and the clocks 512
+// KiB, as the package documentation says, and the heap holds what Stats
+// says.
+func TestMemoryBoundWithCapacities(t *testing.T) {
+	cfg := Config{MaxEntries: 1 << 16, Shards: 16}
+	names := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
+	before := heapAlloc()
+	ix := newIndex(t, cfg)
+	ids := make([]ID, len(names))
+	for i, n := range names {
+		ids[i] = intern(t, ix, n)
+		ix.SetCapacity(ids[i], 1000)
+	}
+	fill(ix, 10*cfg.MaxEntries, ids)
+	heap := int64(heapAlloc() - before)
+	st := ix.Stats()
+	runtime.KeepAlive(ix)
+	// The stamps' array grows as the entries' does, rounded up to its
+	// allocator's size class: an eighth more at most.
+	bound := boundBytes(cfg.MaxEntries, cfg.Shards, names...) + 16*int64(cfg.MaxEntries)*9/8 + 512<<10
+	if st.Bytes > bound {
+		t.Errorf("Stats().Bytes = %d, want <= %d", st.Bytes, bound)
+	}
+	if diff := heap - st.Bytes; diff > 64<<10 || diff < -64<<10 {
+		t.Errorf("heap grew by %d, Stats().Bytes = %d: more than 64 KiB apart", heap, st.Bytes)
+	}
+}

@@ -1,13 +1,15 @@
 package prefixindex
 
 // Owned returns, for each interned upstream, the number of entries it
-// owns: its share of the index. It sweeps every shard, sweepBatch entries
-// per lock hold, so it is the slow path (metrics scrapes, the admin API):
-// about a millisecond per 100k entries.
+// owns: its share of the index, without what its capacity says its
+// engine has evicted. It sweeps every shard, sweepBatch entries per lock
+// hold, so it is the slow path (metrics scrapes, the admin API): about a
+// millisecond per 100k entries.
 func (ix *Index) Owned() map[string]int {
 	var counts [MaxIDs + 1]int32
+	caps := ix.caps.Load()
 	for i := range ix.shards {
-		ix.shards[i].countOwners(&counts)
+		ix.shards[i].countOwners(&counts, caps)
 	}
 	names := *ix.ids.Load()
 	owned := make(map[string]int, len(names))
@@ -17,13 +19,23 @@ func (ix *Index) Owned() map[string]int {
 	return owned
 }
 
-// countOwners adds one to counts[id] for every entry id owns.
-func (s *shard) countOwners(counts *[MaxIDs + 1]int32) {
+// countOwners adds one to counts[id] for every entry id owns and, with
+// caps, its engine has not evicted.
+func (s *shard) countOwners(counts *[MaxIDs + 1]int32, caps *capacities) {
 	for pos := 1; ; pos += sweepBatch {
 		s.mu.Lock()
 		end := min(len(s.entries), pos+sweepBatch)
 		for idx := pos; idx < end; idx++ {
-			for o := s.entries[idx].owners; o != 0; o >>= 16 {
+			for o, p := s.entries[idx].owners, 0; o != 0; o, p = o>>16, p+1 {
+				if caps != nil {
+					var st uint32
+					if s.stamps != nil {
+						st = s.stamps[idx][p]
+					}
+					if caps.evicted(ID(o), st) {
+						continue
+					}
+				}
 				counts[uint16(o)]++
 			}
 		}

@@ -52,6 +52,16 @@ type shardState struct {
 	maxSlots  int    // slot table length that holds limit entries at load <= 3/4
 	secret    uint64 // mixing key, the same for every shard of an index
 	evictions uint64
+
+	// stamps, once the index has a capacity (capacity.go), holds each
+	// entry's owners' stamps, lane for lane: entries[i]'s lane p was
+	// last sent to its upstream at clock stamps[i][p]. nil before.
+	stamps [][MaxOwners]uint32
+	// The update in progress (Index.update, under mu), with stamps: the
+	// recording upstream's clock and capacity, and the entries that were
+	// new to it.
+	capNow, capLimit uint32
+	capFresh         int
 }
 
 // entry is one chunk hash and its owners: four 16-bit IDs, lane 0 (the low
@@ -63,9 +73,10 @@ type entry struct {
 }
 
 const (
-	entrySize = int64(unsafe.Sizeof(entry{}))
-	slotSize  = int64(unsafe.Sizeof(uint64(0)))
-	shardSize = int64(unsafe.Sizeof(shard{}))
+	entrySize  = int64(unsafe.Sizeof(entry{}))
+	stampsSize = int64(unsafe.Sizeof([MaxOwners]uint32{}))
+	slotSize   = int64(unsafe.Sizeof(uint64(0)))
+	shardSize  = int64(unsafe.Sizeof(shard{}))
 
 	tagMask      = uint64(1<<64 - 1<<32)
 	protHead     = 0       // sentinel of the protected list
@@ -95,7 +106,7 @@ func (s *shard) init(limit, protLimit int, secret uint64) {
 
 // bytes returns the memory held by s. s.mu must be held.
 func (s *shard) bytes() int64 {
-	return shardSize + int64(cap(s.entries))*entrySize + int64(cap(s.slots))*slotSize
+	return shardSize + int64(cap(s.entries))*entrySize + int64(cap(s.slots))*slotSize + int64(cap(s.stamps))*stampsSize
 }
 
 // reset forgets every entry and releases the arrays. s.mu must be held.
@@ -105,6 +116,9 @@ func (s *shard) reset() {
 	s.free = 0
 	s.n = 0
 	s.nProb = 0
+	if s.stamps != nil {
+		s.stamps = s.stamps[:0:0]
+	}
 }
 
 // lookup returns the index of key's entry, or 0. m is mix(key).
@@ -127,6 +141,19 @@ func (s *shard) lookup(m, key uint64) uint32 {
 	}
 }
 
+// ownersStamped returns the owners of key and their stamps, 0 if none.
+// A shard not updated since the index got a capacity has no stamps yet:
+// its owners are stamped at the clocks' start, as initStamps would.
+func (s *shard) ownersStamped(m, key uint64) (uint64, [MaxOwners]uint32) {
+	if idx := s.lookup(m, key); idx != 0 {
+		if s.stamps == nil {
+			return s.entries[idx].owners, [MaxOwners]uint32{}
+		}
+		return s.entries[idx].owners, s.stamps[idx]
+	}
+	return 0, [MaxOwners]uint32{}
+}
+
 // owners returns the owners of key, 0 if none.
 func (s *shard) owners(m, key uint64) uint64 {
 	if idx := s.lookup(m, key); idx != 0 {
@@ -135,13 +162,29 @@ func (s *shard) owners(m, key uint64) uint64 {
 	return 0
 }
 
+// addOwner makes owner the most recent owner of entry idx, stamped with
+// the update's clock, and counts the entry as fresh when owner did not
+// hold it, or held it past its capacity.
+func (s *shard) addOwner(idx uint32, owner uint16) {
+	e := &s.entries[idx]
+	if s.stamps != nil {
+		st := &s.stamps[idx]
+		p := laneOf(e.owners, owner)
+		if p < 0 || s.capLimit != 0 && s.capNow-st[p] > s.capLimit {
+			s.capFresh++
+		}
+		pushStamp(st, p, s.capNow)
+	}
+	e.owners = pushOwner(e.owners, owner)
+}
+
 // record makes owner the most recent owner of key and key's entry the most
 // recently used of its list, creating it on probation (and evicting the
 // least recently used probation entry if the shard is full) if needed.
 func (s *shard) record(m, key uint64, owner uint16) {
 	if idx := s.lookup(m, key); idx != 0 {
+		s.addOwner(idx, owner)
 		e := &s.entries[idx]
-		e.owners = pushOwner(e.owners, owner)
 		head := uint32(protHead)
 		if e.next&probBit != 0 {
 			head = probHead
@@ -166,8 +209,8 @@ func (s *shard) confirm(m, key uint64, owner uint16) {
 		}
 		s.insert(m, key, owner, protHead)
 	} else {
+		s.addOwner(idx, owner)
 		e := &s.entries[idx]
-		e.owners = pushOwner(e.owners, owner)
 		if e.next&probBit == 0 {
 			s.unlink(idx)
 			s.pushFront(protHead, idx)
@@ -212,6 +255,10 @@ func (s *shard) insert(m, key uint64, owner uint16, head uint32) {
 		idx = s.alloc()
 	}
 	s.entries[idx] = entry{key: key, owners: uint64(owner)}
+	if s.stamps != nil {
+		s.stamps[idx] = [MaxOwners]uint32{s.capNow}
+		s.capFresh++
+	}
 	s.pushFront(head, idx)
 	s.slotInsert(m, idx)
 	s.n++
@@ -228,6 +275,7 @@ func (s *shard) alloc() uint32 {
 		s.entries = s.entries[:sentinels]
 		s.entries[probHead] = entry{prev: probHead, next: probHead | probBit}
 		s.slots = make([]uint64, min(initialSlots, s.maxSlots))
+		s.growStamps()
 	}
 	if 4*(s.n+1) > 3*len(s.slots) {
 		s.growSlots()
@@ -240,6 +288,7 @@ func (s *shard) alloc() uint32 {
 		s.entries = growEntries(s.entries, min(2*cap(s.entries), s.limit+sentinels))
 	}
 	s.entries = s.entries[:len(s.entries)+1]
+	s.growStamps()
 	return uint32(len(s.entries) - 1)
 }
 
@@ -354,6 +403,9 @@ func (s *shard) forget(id uint16) {
 				continue
 			}
 			o := removeOwner(e.owners, id)
+			if o != e.owners && s.stamps != nil {
+				removeStamp(&s.stamps[idx], laneOf(e.owners, id))
+			}
 			switch {
 			case o == e.owners:
 			case o == 0:
