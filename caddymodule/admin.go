@@ -95,11 +95,13 @@ type instanceStats struct {
 	BodyKeptForRetries bool `json:"body_kept_for_retries"`
 	// Sync is the transport's state and what this instance applied from
 	// other edges; absent without sync.
-	Sync      *syncStats      `json:"sync,omitempty"`
-	Entries   int             `json:"entries"`
-	Bytes     int64           `json:"bytes"`
-	Evictions uint64          `json:"evictions"`
-	Upstreams []upstreamStats `json:"upstreams"`
+	Sync *syncStats `json:"sync,omitempty"`
+	// EngineMetrics is engine_metrics; absent without it.
+	EngineMetrics *engineMetricsStats `json:"engine_metrics,omitempty"`
+	Entries       int                 `json:"entries"`
+	Bytes         int64               `json:"bytes"`
+	Evictions     uint64              `json:"evictions"`
+	Upstreams     []upstreamStats     `json:"upstreams"`
 	// Indexed holds every upstream the index knows, with the entries it
 	// owns; one that left every pool stays until forget_after.
 	Indexed map[string]int `json:"indexed_upstreams"`
@@ -170,6 +172,24 @@ type engineStats struct {
 	Others int    `json:"others_in_flight"`
 	Age    string `json:"age"`
 	Stale  bool   `json:"stale"`
+	// CapacityChunks is, with capacity on, the engine's KV capacity as
+	// the index holds it, in chunks of routing text, and SentChunks the
+	// chunks the index believes were sent to it uncached so far.
+	CapacityChunks int    `json:"capacity_chunks,omitempty"`
+	SentChunks     uint32 `json:"sent_chunks,omitempty"`
+}
+
+// engineMetricsStats is engine_metrics as configured, its header fields
+// by name only (they may hold credentials).
+type engineMetricsStats struct {
+	URI           string   `json:"uri"`
+	Port          int      `json:"port,omitempty"`
+	Interval      string   `json:"interval"`
+	Timeout       string   `json:"timeout"`
+	Header        []string `json:"header,omitempty"`
+	Queue         bool     `json:"queue"`
+	Capacity      bool     `json:"capacity"`
+	BytesPerToken float64  `json:"bytes_per_token"`
 }
 
 func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
@@ -192,6 +212,16 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			BodyKeptForRetries: s.reuse.retryAfterRead || !s.reuse.known,
 			Entries:            st.Entries, Bytes: st.Bytes, Evictions: st.Evictions,
 			Upstreams: []upstreamStats{}, Indexed: owned,
+		}
+		if m := s.EngineMetrics; m != nil {
+			is.EngineMetrics = &engineMetricsStats{
+				URI: m.URI, Port: m.Port, Interval: time.Duration(m.Interval).String(), Timeout: time.Duration(m.Timeout).String(),
+				Queue: *m.Queue, Capacity: m.Capacity, BytesPerToken: m.BytesPerToken,
+			}
+			for k := range m.Header {
+				is.EngineMetrics.Header = append(is.EngineMetrics.Header, k)
+			}
+			sort.Strings(is.EngineMetrics.Header)
 		}
 		if ss := s.sync; ss != nil {
 			is.Sync = &syncStats{
@@ -240,6 +270,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others,
 							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
 						}
+						us.Engine.CapacityChunks, us.Engine.SentChunks = s.state.index.Capacity(tab.ids[i])
 					}
 				}
 				is.Upstreams = append(is.Upstreams, us)

@@ -47,6 +47,8 @@ import (
 //			timeout  <duration>
 //			header   <field> <value>
 //			queue    on|off
+//			capacity on|off
+//			bytes_per_token <bytes>
 //		}
 //	}
 //
@@ -294,7 +296,8 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-		case "queue":
+		case "queue", "capacity":
+			name := d.Val()
 			if !d.NextArg() {
 				return nil, d.ArgErr()
 			}
@@ -304,9 +307,25 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 				on = true
 			case "off":
 			default:
-				return nil, d.Errf("invalid queue '%s': must be on or off", d.Val())
+				return nil, d.Errf("invalid %s '%s': must be on or off", name, d.Val())
 			}
-			m.Queue = &on
+			if name == "queue" {
+				m.Queue = &on
+			} else {
+				m.Capacity = on
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		case "bytes_per_token":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil || !(f >= 0.5 && f <= 64) {
+				return nil, d.Errf("invalid bytes_per_token '%s': must be a number from 0.5 to 64", d.Val())
+			}
+			m.BytesPerToken = f
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}

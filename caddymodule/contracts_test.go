@@ -120,7 +120,7 @@ func TestInvalidValuesRefusedAtLoad(t *testing.T) {
 	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 	for _, bad := range []string{`"forget_after": 1`, `"forget_after": -5`, `"forget_after": "200000h"`, `"body_budget": -1`, `"max_body": -1`,
-		`"engine_metrics": {"interval": 1}`, `"engine_metrics": {"timeout": -1}`, `"engine_metrics": {"uri": "metrics"}`} {
+		`"engine_metrics": {"interval": 1}`, `"engine_metrics": {"timeout": -1}`, `"engine_metrics": {"uri": "metrics"}`, `"engine_metrics": {"bytes_per_token": 100}`} {
 		cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[{"handler":"reverse_proxy","upstreams":[{"dial":%q}],"load_balancing":{"selection_policy":{"policy":"prefix_cache",%s}}}]}]}}}}}`,
 			strings.TrimPrefix(admin, "http://"), freePort(t), bs[0].addr(), bad)
 		resp, err := http.Post(admin+"/load", "application/json", strings.NewReader(cfg))

@@ -46,6 +46,11 @@ const (
 	DefaultMetricsInterval = caddy.Duration(time.Second)
 	// DefaultMetricsTimeout is how long a scrape may take.
 	DefaultMetricsTimeout = caddy.Duration(time.Second)
+	// DefaultBytesPerToken converts an engine's KV capacity in tokens to
+	// the index's routing text: English prose and code run at 3.5 to 4.5
+	// bytes per token in the tokenizers of Llama 3, Qwen and GPT-4, and
+	// routing text leaves out the chat template's own tokens.
+	DefaultBytesPerToken = 4.0
 )
 
 const (
@@ -87,6 +92,16 @@ type EngineMetrics struct {
 	// what its engine has beyond them (or what the other edges report
 	// with sync, whichever is more). Default: `true`.
 	Queue *bool `json:"queue,omitempty"`
+
+	// Whether the index believes each engine holds no more than its KV
+	// cache does (vLLM's num_gpu_blocks x block_size, SGLang's
+	// max_total_num_tokens): the prefixes sent to it longest ago, past
+	// its capacity, count as evicted. Default: `false`.
+	Capacity bool `json:"capacity,omitempty"`
+
+	// Bytes of routing text per token, to convert an engine's capacity
+	// in tokens. Default: `4`.
+	BytesPerToken float64 `json:"bytes_per_token,omitempty"`
 }
 
 // provision sets the defaults; validate checks.
@@ -104,6 +119,9 @@ func (m *EngineMetrics) provision() {
 		on := true
 		m.Queue = &on
 	}
+	if m.BytesPerToken == 0 {
+		m.BytesPerToken = DefaultBytesPerToken
+	}
 }
 
 func (m *EngineMetrics) validate() error {
@@ -117,6 +135,8 @@ func (m *EngineMetrics) validate() error {
 		return fmt.Errorf("engine_metrics: interval must be at least %v, got %v", minMetricsInterval, time.Duration(m.Interval))
 	case m.Timeout <= 0 || m.Timeout > m.Interval:
 		return fmt.Errorf("engine_metrics: timeout must be positive and at most interval (%v), got %v", time.Duration(m.Interval), time.Duration(m.Timeout))
+	case !(m.BytesPerToken >= 0.5 && m.BytesPerToken <= 64): // also rejects NaN
+		return fmt.Errorf("engine_metrics: bytes_per_token must be from 0.5 to 64, got %v", m.BytesPerToken)
 	}
 	return nil
 }
@@ -377,6 +397,10 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *e
 		e.others = max(0, int(math.Round(q))-u.NumRequests())
 	}
 	table.samples[id].Store(e)
+	if sc.cfg.Capacity && sample.KVTokens > 0 {
+		chunks := sample.KVTokens * sc.cfg.BytesPerToken / float64(s.ChunkSize)
+		s.state.index.SetCapacity(id, int(min(chunks, prefixindex.MaxCapacity)))
+	}
 	return scrapeOK
 }
 
@@ -408,4 +432,22 @@ func (sc *scraper) target(dial string) (*url.URL, bool) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// releaseCapacities lifts the engines' capacities of s's index when s
+// was the last live instance on it that set them: a reload that turns
+// capacity off, or drops engine_metrics, leaves no bound behind.
+func (s *PrefixCacheSelection) releaseCapacities() {
+	if s.EngineMetrics == nil || !s.EngineMetrics.Capacity {
+		return
+	}
+	others := false
+	eachInstance(func(x *PrefixCacheSelection) {
+		if x.state == s.state && x.EngineMetrics != nil && x.EngineMetrics.Capacity {
+			others = true
+		}
+	})
+	if !others {
+		s.state.index.ClearCapacities()
+	}
 }

@@ -339,3 +339,66 @@ func TestEngineMetricsOverTheTransportsTLS(t *testing.T) {
 	post(t, http.DefaultClient, url, chat("over tls", "hello"))
 	waitEngine(t, admin, b.addr(), func(e map[string]any) bool { return e["engine"] == "vllm" }, "scraping over TLS with a header")
 }
+
+// With capacity on, the index holds per engine no more than the engine's
+// KV cache (the simulated vLLM's cache_config_info): a conversation whose
+// holder has since been sent more new prompts than its cache holds is no
+// longer a match there, as the engine evicted it. With capacity off the
+// index still believes the holder has it.
+func TestEngineCapacityForgetsWhatTheEngineEvicted(t *testing.T) {
+	for _, tc := range []struct {
+		name, option string
+		evicted      bool
+	}{
+		{"capacity on", "capacity on", true},
+		{"capacity off", "capacity off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := engine.DefaultConfig()
+			cfg.TimeScale = 0
+			cfg.KVBlocks = 128 // 2,048 tokens: 8 KiB of text, 32 chunks
+			fleet, err := engine.StartFleet(2, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(fleet.Close)
+			port := freePort(t)
+			admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	reverse_proxy %s {
+		lb_policy prefix_cache {
+			min_match_ratio 0
+			engine_metrics {
+				interval 20ms
+				timeout 20ms
+				%s
+			}
+		}
+		header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}
+	}
+}
+`, port, strings.Join(fleet.Addrs(), " "), tc.option))
+			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+			system := words("kept-or-evicted", 300) // ~3 KiB: a dozen chunks
+			if got := postReason(t, url, chat(system, "first")); got != "cold" {
+				t.Fatalf("first turn: reason %q, want cold", got)
+			}
+			for _, addr := range fleet.Addrs() {
+				waitEngine(t, admin, addr, func(e map[string]any) bool {
+					return e["engine"] == "vllm" && (!tc.evicted || e["capacity_chunks"] == 32.0)
+				}, "scraping the engines' capacity")
+			}
+			if got := postReason(t, url, chat(system, "first", "answer", "second")); got != "match" {
+				t.Fatalf("second turn, before the flood: reason %q, want match", got)
+			}
+			// Sixty new conversations: about thirty per engine, each a dozen
+			// chunks, far past 32.
+			for i := range 60 {
+				postReason(t, url, chat(words(fmt.Sprint("flood-", i), 300), "hello"))
+			}
+			got := postReason(t, url, chat(system, "first", "answer", "second", "answer", "third"))
+			if evicted := got != "match"; evicted != tc.evicted {
+				t.Errorf("third turn after the flood: reason %q; evicted %v, want %v", got, evicted, tc.evicted)
+			}
+		})
+	}
+}

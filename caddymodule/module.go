@@ -506,6 +506,7 @@ func (s *PrefixCacheSelection) Cleanup() error {
 	s.stopSync()
 	s.stopScraping()
 	removeInstance(s)
+	s.releaseCapacities()
 	_, err := states.Delete(s.state.key)
 	return err
 }
