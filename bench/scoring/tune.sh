@@ -8,8 +8,10 @@
 #	bench/scoring/tune.sh OUTDIR [KNOB...]         # all knobs, ~8 hours
 #	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]  # a few minutes
 #
-# KNOBs are the names below (e.g. min_match_ratio sglang_cache_threshold);
-# none means all. OUTDIR gets, per knob, the raw JSON of every workload and
+# KNOBs are the names below (e.g. min_match_ratio sglang_cache_threshold,
+# or engine_capacity and engine_queue, engine_metrics' signals); none
+# means all. REFS names policies to run beside each sweep, e.g.
+# REFS=peer_dynamo for the reference that knows every engine's cache. OUTDIR gets, per knob, the raw JSON of every workload and
 # seed or run, and KNOB.md, peertable's summary of that knob's variants
 # against the default; commands.txt and commit.txt as run.sh writes them.
 set -euo pipefail
@@ -29,7 +31,7 @@ PB=$OUT/.bin/prefixbench
 # variant changes exactly one option.
 PC_BASE='"policy":"prefix_cache","load_factor":1.25,"load_allowance":16,"min_match":1024,"prefill_rate":65536,"fallback":{"policy":"least_conn"}'
 
-# knob|default policy|JSON prefix of a variant|values other than the default
+# knob|default policy|JSON prefix of a variant|values other than the default[|suffix, default }]
 KNOBS=(
 	"min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.1 0.2 0.5"
 	"load_allowance_bytes|prefix_cache|{$PC_BASE,\"load_allowance_bytes\":|65536 262144 524288"
@@ -40,6 +42,12 @@ KNOBS=(
 	"sglang_balance_rel_threshold|peer_sglang|{\"policy\":\"peer_sglang\",\"balance_rel_threshold\":|1.1 1.25 2"
 	"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|0.5 2 4"
 	"dynamo_overlap_score_credit|peer_dynamo|{\"policy\":\"peer_dynamo\",\"overlap_score_credit\":|0.5 1.5 2"
+	# engine_metrics' signals (off by default), each alone: the engines'
+	# KV capacity (static, so scraped at the default 1s) and their queues
+	# (scraped every 200 ms of wall time, what 1 s is at Mooncake's time
+	# scale of 0.2; 0.4 s at the generated workloads' 0.5).
+	"engine_capacity|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"capacity\":|true|}}"
+	"engine_queue|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"interval\":200000000,\"timeout\":200000000,\"queue\":|true|}}"
 )
 if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"
@@ -55,21 +63,25 @@ selected() {
 }
 
 for entry in "${KNOBS[@]}"; do
-	IFS='|' read -r knob base prefix values <<<"$entry"
+	IFS='|' read -r knob base prefix values suffix <<<"$entry"
 	selected "$knob" || continue
+	suffix=${suffix:-\}}
 	custom=()
 	names=$base
 	for v in $values; do
-		custom+=(-custom-policy "$base-$knob-$v=$prefix$v}")
+		custom+=(-custom-policy "$base-$knob-$v=$prefix$v$suffix")
 		names+=",$base-$knob-$v"
 	done
+	# REFS (e.g. peer_dynamo, the reference) run beside each sweep.
+	policies=$base
+	[[ -z ${REFS:-} ]] || policies+=",$REFS"
 	files=()
 	for w in "${GEN_WORKLOADS[@]}"; do
 		name=${w%%|*}
 		read -ra flags <<<"${w#*|}"
 		for seed in "${TUNING_SEEDS[@]}"; do
 			f=$OUT/$knob-$name-s$seed.json
-			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$base" "${custom[@]}" "${flags[@]}" \
+			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$policies" "${custom[@]}" "${flags[@]}" \
 				-seed "$seed" -no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done
@@ -79,11 +91,11 @@ for entry in "${KNOBS[@]}"; do
 		read -ra flags <<<"${tr#*|}"
 		for r in $(seq 1 "$MC_RUNS"); do
 			f=$OUT/$knob-$name-r$r.json
-			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$base" "${custom[@]}" "${flags[@]}" \
+			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "${custom[@]}" "${flags[@]}" \
 				-no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done
 	done
-	runlog "$OUT/.bin/peertable" -lead "$base" -policies "$names" -min-runs "${#TUNING_SEEDS[@]}" "${files[@]}" >"$OUT/$knob.md"
+	runlog "$OUT/.bin/peertable" -lead "$base" -policies "$names${REFS:+,$REFS}" -min-runs "${#TUNING_SEEDS[@]}" "${files[@]}" >"$OUT/$knob.md"
 done
 echo "tuning sweeps done: $OUT/*.md" >&2
