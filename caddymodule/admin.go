@@ -177,6 +177,15 @@ type engineStats struct {
 	// chunks the index believes were sent to it uncached so far.
 	CapacityChunks int    `json:"capacity_chunks,omitempty"`
 	SentChunks     uint32 `json:"sent_chunks,omitempty"`
+	// PublishedChunks is the capacity the engine's metrics give, and
+	// LearnedChunks what its answers show (prefix_cache_usage): the
+	// capacity is the smaller. CapacityMisses and CapacityHits count
+	// the answers taken as evidence of an eviction, and of a prefix held
+	// near the learned capacity.
+	PublishedChunks int    `json:"published_chunks,omitempty"`
+	LearnedChunks   int    `json:"learned_chunks,omitempty"`
+	CapacityMisses  uint64 `json:"capacity_misses,omitempty"`
+	CapacityHits    uint64 `json:"capacity_hits,omitempty"`
 }
 
 // engineMetricsStats is engine_metrics as configured, its header fields
@@ -271,6 +280,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
 						}
 						us.Engine.CapacityChunks, us.Engine.SentChunks = s.state.index.Capacity(tab.ids[i])
+						if c, ok := s.state.capacities.get(tab.ids[i]); ok {
+							us.Engine.PublishedChunks, us.Engine.LearnedChunks = c.published, c.learned
+							us.Engine.CapacityMisses, us.Engine.CapacityHits = c.misses, c.hits
+						}
 					}
 				}
 				is.Upstreams = append(is.Upstreams, us)
@@ -404,6 +417,7 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
 		st.answers.forget(id)
+		st.capacities.forget(id)
 	}
 	for _, t := range targets {
 		t.s.upstreams.invalidate()

@@ -102,6 +102,10 @@ func (p *peeked) answered(u usage) {
 		o := compare(float64(predicted)/float64(routed), float64(u.cached)/float64(u.prompt))
 		v.owner.state.answers.add(id, u, routed, predicted, o)
 		metrics.answered(u, o)
+		if v.aged {
+			st := v.owner.state
+			st.capacities.answered(st.index, id, v.age, o)
+		}
 	}
 }
 

@@ -399,7 +399,7 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *e
 	table.samples[id].Store(e)
 	if sc.cfg.Capacity && sample.KVTokens > 0 {
 		chunks := sample.KVTokens * sc.cfg.BytesPerToken / float64(s.ChunkSize)
-		s.state.index.SetCapacity(id, int(min(chunks, prefixindex.MaxCapacity)))
+		s.state.capacities.published(s.state.index, id, int(min(chunks, prefixindex.MaxCapacity)))
 	}
 	return scrapeOK
 }
@@ -449,5 +449,6 @@ func (s *PrefixCacheSelection) releaseCapacities() {
 	})
 	if !others {
 		s.state.index.ClearCapacities()
+		s.state.capacities.reset()
 	}
 }

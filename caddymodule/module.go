@@ -553,6 +553,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	uncached := int64(v.textLen - d.matched)
 	from := s.syncFrom(d.depth)
 	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
+	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
 	if s.nsPerByte > 0 {
 		s.state.prefill.add(d.id, time.Now().UnixNano(), uncached, s.nsPerByte)
@@ -695,6 +696,13 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}
 	choice := policy.Choose(sc.cands, v.placement, int64(v.textLen))
 	chosen := sc.ups[choice.Index]
+	var age uint32
+	var aged bool
+	if depth := sc.cands[choice.Index].Depth; depth > 0 && s.EngineMetrics != nil && s.EngineMetrics.Capacity {
+		// Before Record refreshes it: how long ago the matched prefix
+		// was last sent there, for learning from the answer.
+		age, aged = s.state.index.Age(v.scope, v.hashes[depth-1], sc.ids[choice.Index])
+	}
 	if record {
 		s.state.index.Record(v.scope, v.hashes, sc.ids[choice.Index])
 		v.tried = append(v.tried, chosen.Dial)
@@ -712,6 +720,8 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		byteBound:   choice.ByteBound,
 		coldBound:   choice.ColdBound,
 		id:          sc.ids[choice.Index],
+		age:         age,
+		aged:        aged,
 	}, true
 }
 

@@ -37,6 +37,11 @@ type decision struct {
 	byteBound   int64
 	coldBound   int
 	id          prefixindex.ID // the chosen upstream's
+	// age is, with capacities, the chunks sent to the chosen upstream
+	// since it was last sent the matched prefix (aged false: no match,
+	// or no capacity to age by).
+	age  uint32
+	aged bool
 }
 
 func setPlaceholders(r *http.Request, d decision) {

@@ -113,6 +113,11 @@ type view struct {
 	// charge is this request's share of the byte bound's load, and the
 	// upstream its last attempt chose.
 	charge charge
+	// age and aged are the last attempt's decision's (see decision),
+	// for learning from the answer. Set and read on the request's own
+	// goroutine.
+	age  uint32
+	aged bool
 }
 
 // peekRequest reads r's body (readBody) and records what it read in the

@@ -62,6 +62,9 @@ type sharedState struct {
 	// answers is what the engines answered about their caches, with
 	// prefix_cache_usage.
 	answers answerTable
+	// capacities is each engine's capacity, as published and as its
+	// answers show it, with engine_metrics' capacity on.
+	capacities capacityLearner
 	// seen is, per upstream ID, the janitor's clock when the upstream was
 	// last in a pool an instance routed from or holds; clock is that
 	// clock, in ticks since start.
@@ -197,6 +200,7 @@ func (st *sharedState) sweep() (shortest caddy.Duration, ok bool) {
 		owned := st.index.Owned()[name]
 		st.index.Forget(name)
 		st.answers.forget(id)
+		st.capacities.forget(id)
 		st.seen[id].Store(0)
 		for _, s := range users {
 			s.upstreams.invalidate()

@@ -190,3 +190,101 @@ func TestUsageHandlerPassesStreamsThrough(t *testing.T) {
 		t.Errorf("answer stats %v, want one answer of 300 prompt tokens, 0 cached", a)
 	}
 }
+
+// An engine that publishes a capacity far larger than it holds (here
+// bytes_per_token overstates the simulated vLLM's 16k-token cache 16
+// times) is corrected by its answers: a conversation the index still
+// believed held, that the engine had evicted, lowers the engine's
+// learned capacity, and an older conversation on that engine stops
+// matching. Without prefix_cache_usage, the older one still matches.
+func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		usage string
+		learn bool
+	}{
+		{"with prefix_cache_usage", "prefix_cache_usage", true},
+		{"without", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := engine.DefaultConfig()
+			cfg.TimeScale = 0
+			cfg.KVBlocks = 1024 // 16,384 tokens
+			fleet, err := engine.StartFleet(2, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(fleet.Close)
+			port := freePort(t)
+			admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	%s
+	reverse_proxy %s {
+		lb_policy prefix_cache {
+			min_match_ratio 0
+			engine_metrics {
+				interval 20ms
+				timeout 20ms
+				capacity on
+				bytes_per_token 64
+			}
+		}
+		header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}
+		header_down X-PC-Upstream {http.reverse_proxy.upstream.hostport}
+	}
+}
+`, port, tc.usage, strings.Join(fleet.Addrs(), " ")))
+			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+			ask := func(body []byte) (reason, upstream string) {
+				t.Helper()
+				resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				return resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-PC-Upstream")
+			}
+			// Older conversations, then the one whose answer will teach.
+			var older [][]byte
+			holders := map[string][]int{}
+			for i := range 8 {
+				sys := words(fmt.Sprint("older-", i), 300)
+				older = append(older, []byte(sys))
+				_, up := ask(chat(sys, "first"))
+				holders[up] = append(holders[up], i)
+			}
+			teacher := words("teacher", 300)
+			_, h := ask(chat(teacher, "first"))
+			if len(holders[h]) == 0 {
+				t.Skipf("no older conversation landed on %s, the teacher's engine", h)
+			}
+			for _, addr := range fleet.Addrs() {
+				waitEngine(t, admin, addr, func(e map[string]any) bool { return e["published_chunks"] != nil }, "scraping the published capacity")
+			}
+			// 40,000 tokens of new conversations: each engine's 16,384
+			// tokens are long evicted.
+			for i := range 60 {
+				ask(chat(words(fmt.Sprint("flood-", i), 300), "hello"))
+			}
+			if reason, up := ask(chat(teacher, "first", "answer", "second")); reason != "match" || up != h {
+				t.Fatalf("the teacher's second turn: %s on %s, want a match on %s (the published capacity is 16 times too large)", reason, up, h)
+			}
+			e, _ := engineOf(t, admin, h)
+			learned, _ := e["learned_chunks"].(float64)
+			if got := learned > 0; got != tc.learn {
+				t.Fatalf("%s: learned capacity %v chunks; learned %v, want %v (engine stats %v)", h, learned, got, tc.learn, e)
+			}
+			if tc.learn && learned >= e["published_chunks"].(float64) {
+				t.Errorf("learned %v chunks, not below the published %v", learned, e["published_chunks"])
+			}
+			sys := string(older[holders[h][0]])
+			reason, _ := ask(chat(sys, "first", "answer", "second"))
+			if matched := reason == "match"; matched == tc.learn {
+				t.Errorf("an older conversation on %s: reason %q after the teacher's answer; want a match only without learning", h, reason)
+			}
+		})
+	}
+}

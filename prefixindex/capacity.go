@@ -142,3 +142,23 @@ func (s *shard) growStamps() {
 	}
 	s.stamps = s.stamps[:len(s.entries)]
 }
+
+// Age returns how many chunks have been sent uncached to id since it was
+// last sent the prefix h names, by its clock, and whether id owns h and
+// has a capacity to age by. It takes h's shard lock once.
+func (ix *Index) Age(scope Scope, h Hash, id ID) (uint32, bool) {
+	caps := ix.caps.Load()
+	if caps == nil || id == 0 || caps.limit[id].Load() == 0 {
+		return 0, false
+	}
+	m := mix(uint64(h), ix.secret)
+	sh := ix.shardOf(scope, int(groupOf(m, scope, ix.shardMask)))
+	sh.mu.Lock()
+	o, st := sh.ownersStamped(m, uint64(h))
+	sh.mu.Unlock()
+	p := laneOf(o, uint16(id))
+	if p < 0 {
+		return 0, false
+	}
+	return caps.clock[id].Load() - st[p], true
+}

@@ -260,3 +260,26 @@ func BenchmarkCapacity(b *testing.B) {
 		})
 	}
 }
+
+// Age is the chunks sent to an upstream since it was last sent a prefix.
+func TestCapacityAge(t *testing.T) {
+	ix := newIndex(t, Config{MaxEntries: 4096, Shards: 4})
+	a, b := intern(t, ix, "a"), intern(t, ix, "b")
+	tenant := ix.Scope(99, 0.5)
+	if _, ok := ix.Age(Scope{}, hashes("x", 1)[0], a); ok {
+		t.Error("Age without any capacity reports an age")
+	}
+	ix.SetCapacity(a, 1000)
+	first := hashes("first", 10)
+	ix.Record(tenant, first, a)
+	ix.Record(tenant, hashes("then", 25), a)
+	if age, ok := ix.Age(tenant, first[9], a); !ok || age != 35 {
+		t.Errorf("Age of the first prompt's last chunk = %d, %v; want 35 (its 10 chunks and 25 since), true", age, ok)
+	}
+	if _, ok := ix.Age(tenant, first[9], b); ok {
+		t.Error("Age reports an age for an upstream that does not own the prefix")
+	}
+	if _, ok := ix.Age(Scope{}, hashes("nothing", 1)[0], a); ok {
+		t.Error("Age reports an age for a prefix no one owns")
+	}
+}
