@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 	"github.com/prefixcache/caddy-prefixcache/bench/workload"
 	"github.com/prefixcache/caddy-prefixcache/caddymodule"
@@ -421,4 +423,88 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+}
+
+// engine_metrics' scrape interval and timeout are wall time: at time
+// scale 0.2 the engines live five times as fast, and so must the scrapes
+// come, so that a sample is as fresh against the engines as in
+// production. The defaults are filled in first.
+func TestAdaptCaddyfileScalesEngineMetrics(t *testing.T) {
+	caddyfile := readCaddyfile(t)
+	for _, c := range []struct {
+		name, spec        string
+		interval, timeout int64
+	}{
+		{"defaults", `pc={"policy":"prefix_cache","engine_metrics":{}}`, int64(200 * time.Millisecond), int64(200 * time.Millisecond)},
+		{"given", `pc={"policy":"prefix_cache","engine_metrics":{"interval":"2s","timeout":500000000}}`, int64(400 * time.Millisecond), int64(100 * time.Millisecond)},
+		{"at least 10ms", `pc={"policy":"prefix_cache","engine_metrics":{"interval":"20ms","timeout":"20ms"}}`, int64(10 * time.Millisecond), int64(4 * time.Millisecond)},
+	} {
+		p, err := ParseCustomPolicy(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1"}, p, 0.2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		walk(cfg, func(m map[string]any) {
+			if em, ok := m["engine_metrics"].(map[string]any); ok {
+				found++
+				if em["interval"] != float64(c.interval) || em["timeout"] != float64(c.timeout) {
+					t.Errorf("%s: interval %v, timeout %v; want %d and %d", c.name, em["interval"], em["timeout"], c.interval, c.timeout)
+				}
+			}
+		})
+		if found == 0 {
+			t.Errorf("%s: no engine_metrics in the adapted config", c.name)
+		}
+	}
+}
+
+// With Usage, every reverse_proxy has prefix_cache_usage right before it.
+func TestAdaptCaddyfileInsertsUsage(t *testing.T) {
+	caddyfile := readCaddyfile(t)
+	own, _ := ParsePolicies("prefix_cache")
+	p := own[0]
+	p.Usage = true
+	raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1"}, p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	proxies, preceded := 0, 0
+	walk(cfg, func(m map[string]any) {
+		handle, _ := m["handle"].([]any)
+		for i, h := range handle {
+			if hm, _ := h.(map[string]any); hm["handler"] == "reverse_proxy" {
+				proxies++
+				if prev, _ := handle[max(i-1, 0)].(map[string]any); i > 0 && prev["handler"] == "prefix_cache_usage" {
+					preceded++
+				}
+			}
+		}
+	})
+	if proxies == 0 || preceded != proxies {
+		t.Errorf("%d of %d reverse_proxy handlers have prefix_cache_usage before them, want all", preceded, proxies)
+	}
+	if err := caddy.Validate(mustConfig(t, raw)); err != nil {
+		t.Errorf("the config with prefix_cache_usage does not load: %v", err)
+	}
+}
+
+func mustConfig(t *testing.T, raw []byte) *caddy.Config {
+	t.Helper()
+	var c caddy.Config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
 }

@@ -23,6 +23,10 @@ type Policy struct {
 	// KVEvents starts the engines with KV events on
 	// (engine.Config.KVEvents), for a policy that consumes them.
 	KVEvents bool `json:"kv_events,omitempty"`
+
+	// Usage puts the prefix_cache_usage handler in front of every
+	// reverse_proxy, so that prefix_cache reads the engines' answers.
+	Usage bool `json:"usage,omitempty"`
 }
 
 // Policies known by name: the prefix_cache entry keeps the Caddyfile's own

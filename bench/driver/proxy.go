@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -108,7 +109,11 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScal
 		return nil, errors.New("the Caddyfile has no reverse_proxy handler")
 	}
 	scalePrefillRates(cfg, timeScale)
+	scaleEngineMetrics(cfg, timeScale)
 	scalePeerTimes(cfg, timeScale)
+	if p.Usage {
+		insertUsage(cfg)
+	}
 	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
 	cfg["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
 	return json.Marshal(cfg)
@@ -179,6 +184,75 @@ func scalePrefillRates(v any, timeScale float64) {
 	case []any:
 		for _, c := range v {
 			scalePrefillRates(c, timeScale)
+		}
+	}
+}
+
+// scaleEngineMetrics multiplies the scrape interval and timeout of every
+// prefix_cache selection policy's engine_metrics under v by timeScale,
+// filling in the defaults first (and keeping the interval at least
+// 10 ms), so that the engines are scraped as often, in their simulated
+// time, as a real deployment scrapes real engines.
+func scaleEngineMetrics(v any, timeScale float64) {
+	switch v := v.(type) {
+	case map[string]any:
+		if m, ok := v["engine_metrics"].(map[string]any); ok && v["policy"] == "prefix_cache" {
+			interval := durationOr(m["interval"], time.Duration(caddymodule.DefaultMetricsInterval))
+			timeout := durationOr(m["timeout"], min(time.Duration(caddymodule.DefaultMetricsTimeout), interval))
+			interval = max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond)
+			m["interval"] = int64(interval)
+			m["timeout"] = int64(min(max(time.Duration(float64(timeout)*timeScale), time.Millisecond), interval))
+		}
+		for _, c := range v {
+			scaleEngineMetrics(c, timeScale)
+		}
+	case []any:
+		for _, c := range v {
+			scaleEngineMetrics(c, timeScale)
+		}
+	}
+}
+
+// durationOr reads a Caddy duration from JSON (nanoseconds, or a string
+// such as "1s"), or returns def.
+func durationOr(v any, def time.Duration) time.Duration {
+	switch v := v.(type) {
+	case float64:
+		return time.Duration(v)
+	case string:
+		if d, err := caddy.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+// insertUsage puts a prefix_cache_usage handler in front of every
+// reverse_proxy handler under v that has none before it.
+func insertUsage(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		if handle, ok := v["handle"].([]any); ok {
+			var out []any
+			for i, h := range handle {
+				hm, _ := h.(map[string]any)
+				prev := map[string]any{}
+				if i > 0 {
+					prev, _ = handle[i-1].(map[string]any)
+				}
+				if hm != nil && hm["handler"] == "reverse_proxy" && (prev == nil || prev["handler"] != "prefix_cache_usage") {
+					out = append(out, map[string]any{"handler": "prefix_cache_usage"})
+				}
+				out = append(out, h)
+			}
+			v["handle"] = out
+		}
+		for _, c := range v {
+			insertUsage(c)
+		}
+	case []any:
+		for _, c := range v {
+			insertUsage(c)
 		}
 	}
 }

@@ -31,7 +31,7 @@ PB=$OUT/.bin/prefixbench
 # variant changes exactly one option.
 PC_BASE='"policy":"prefix_cache","load_factor":1.25,"load_allowance":16,"min_match":1024,"prefill_rate":65536,"fallback":{"policy":"least_conn"}'
 
-# knob|default policy|JSON prefix of a variant|values other than the default[|suffix, default }]
+# knob|default policy|JSON prefix of a variant|values other than the default[|suffix, default }[|prefixbench flags]]
 KNOBS=(
 	"min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.1 0.2 0.5"
 	"load_allowance_bytes|prefix_cache|{$PC_BASE,\"load_allowance_bytes\":|65536 262144 524288"
@@ -43,11 +43,13 @@ KNOBS=(
 	"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|0.5 2 4"
 	"dynamo_overlap_score_credit|peer_dynamo|{\"policy\":\"peer_dynamo\",\"overlap_score_credit\":|0.5 1.5 2"
 	# engine_metrics' signals (off by default), each alone: the engines'
-	# KV capacity (static, so scraped at the default 1s) and their queues
-	# (scraped every 200 ms of wall time, what 1 s is at Mooncake's time
-	# scale of 0.2; 0.4 s at the generated workloads' 0.5).
+	# KV capacity as they publish it, the same corrected by their answers
+	# (prefix_cache_usage in front of the proxy, -usage, for every policy
+	# of the run), and their queues. The driver scales the default 1 s
+	# scrape interval by the time scale, as it does prefill_rate.
 	"engine_capacity|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"capacity\":|true|}}"
-	"engine_queue|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"interval\":200000000,\"timeout\":200000000,\"queue\":|true|}}"
+	"engine_capacity_answers|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"capacity\":|true|}}|-usage"
+	"engine_queue|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":|true|}}"
 )
 if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"
@@ -63,7 +65,8 @@ selected() {
 }
 
 for entry in "${KNOBS[@]}"; do
-	IFS='|' read -r knob base prefix values suffix <<<"$entry"
+	IFS='|' read -r knob base prefix values suffix flags <<<"$entry"
+	read -ra knobflags <<<"${flags:-}"
 	selected "$knob" || continue
 	suffix=${suffix:-\}}
 	custom=()
@@ -81,7 +84,7 @@ for entry in "${KNOBS[@]}"; do
 		read -ra flags <<<"${w#*|}"
 		for seed in "${TUNING_SEEDS[@]}"; do
 			f=$OUT/$knob-$name-s$seed.json
-			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$policies" "${custom[@]}" "${flags[@]}" \
+			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$policies" "${custom[@]}" "${knobflags[@]}" "${flags[@]}" \
 				-seed "$seed" -no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done
@@ -91,7 +94,7 @@ for entry in "${KNOBS[@]}"; do
 		read -ra flags <<<"${tr#*|}"
 		for r in $(seq 1 "$MC_RUNS"); do
 			f=$OUT/$knob-$name-r$r.json
-			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "${custom[@]}" "${flags[@]}" \
+			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "${custom[@]}" "${knobflags[@]}" "${flags[@]}" \
 				-no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done

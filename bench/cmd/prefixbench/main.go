@@ -66,6 +66,7 @@ type options struct {
 	requests   int
 
 	custom []string
+	usage  bool
 
 	mooncakePath     string
 	mooncakeStart    time.Duration
@@ -102,6 +103,7 @@ func run() error {
 		o.custom = append(o.custom, s)
 		return nil
 	})
+	flag.BoolVar(&o.usage, "usage", false, "put the prefix_cache_usage handler in front of every reverse_proxy, so that prefix_cache reads the engines' answers (and, with engine_metrics' capacity on, learns their capacity from them)")
 	flag.StringVar(&o.mooncakePath, "mooncake", "", "Mooncake trace (default: conversation_trace.jsonl in ../shared/data/mooncake of the repository)")
 	flag.DurationVar(&o.mooncakeStart, "mooncake-start", 0, "replay the trace from this timestamp")
 	flag.DurationVar(&o.mooncakeDuration, "mooncake-duration", 10*time.Minute, "replay this much of the trace (0: all)")
@@ -174,6 +176,11 @@ func (o options) config(root string) (driver.Config, error) {
 			return driver.Config{}, err
 		}
 		policies = append(policies, p)
+	}
+	if o.usage {
+		for i := range policies {
+			policies[i].Usage = true
+		}
 	}
 	qps, err := parseFloats(o.qps)
 	if err != nil {
