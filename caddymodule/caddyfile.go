@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/dustin/go-humanize"
 )
@@ -411,6 +413,36 @@ func loadFallbackPolicy(d *caddyfile.Dispenser) (json.RawMessage, error) {
 		return nil, d.Errf("module %s (%T) is not a reverseproxy.Selector", modID, unm)
 	}
 	return caddyconfig.JSONModuleObject(sel, "policy", name, nil), nil
+}
+
+// registerUsageDirective registers the prefix_cache_usage directive,
+// ordered before reverse_proxy, whose responses it reads.
+func registerUsageDirective() {
+	httpcaddyfile.RegisterHandlerDirective("prefix_cache_usage", parseUsageHandler)
+	httpcaddyfile.RegisterDirectiveOrder("prefix_cache_usage", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// UnmarshalCaddyfile sets up the prefix_cache_usage handler. Syntax:
+//
+//	prefix_cache_usage
+//
+// It takes no arguments; in a site block it is ordered before
+// reverse_proxy.
+func (h *UsageHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Errf("unrecognized subdirective '%s'", d.Val())
+	}
+	return nil
+}
+
+func parseUsageHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var u UsageHandler
+	err := u.UnmarshalCaddyfile(h.Dispenser)
+	return u, err
 }
 
 // Interface guards

@@ -9,14 +9,12 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func init() {
 	caddy.RegisterModule(UsageHandler{})
-	httpcaddyfile.RegisterHandlerDirective("prefix_cache_usage", parseUsageHandler)
-	httpcaddyfile.RegisterDirectiveOrder("prefix_cache_usage", httpcaddyfile.Before, "reverse_proxy")
+	registerUsageDirective()
 }
 
 // UsageHandler reads what the engine that served a request says it had
@@ -57,25 +55,6 @@ func (UsageHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		}
 	}
 	return err
-}
-
-// UnmarshalCaddyfile sets up the handler: `prefix_cache_usage`, no
-// arguments.
-func (h *UsageHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	if d.NextBlock(0) {
-		return d.Errf("unrecognized subdirective '%s'", d.Val())
-	}
-	return nil
-}
-
-func parseUsageHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var u UsageHandler
-	err := u.UnmarshalCaddyfile(h.Dispenser)
-	return u, err
 }
 
 // usageWriter passes the response through and scans JSON and SSE bodies
