@@ -69,7 +69,8 @@ type usageWriter struct {
 func (w *usageWriter) Write(b []byte) (int, error) {
 	if !w.decided {
 		w.decided = true
-		w.scanOn = scannable(w.Header().Get("Content-Type"))
+		// An encoded body (gzip from the engine) has no readable keys.
+		w.scanOn = scannable(w.Header().Get("Content-Type")) && w.Header().Get("Content-Encoding") == ""
 	}
 	n, err := w.ResponseWriter.Write(b)
 	if w.scanOn {
