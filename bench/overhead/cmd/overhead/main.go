@@ -14,6 +14,12 @@
 //     service time without queueing. The figure is the p50 and p99 added
 //     by prefix_cache.
 //
+// With -compare usage, the two sides are prefix_cache alone and
+// prefix_cache behind the prefix_cache_usage handler, which reads every
+// answer; -stream N makes the backend stream each answer as N SSE chunks,
+// each flushed, as an engine streams tokens, so that the figure is what
+// reading answers costs at streaming rates.
+//
 // Both Caddy instances run at once, each on its own port, so neither is
 // restarted between runs; the idle one costs nothing. With -pin, Caddy
 // runs on CPU 1 and wrk and the backend on CPU 0 (taskset), so that the
@@ -23,6 +29,7 @@
 // Usage (bench/overhead/run.sh builds the binaries and installs wrk):
 //
 //	overhead -caddy /tmp/caddy -backend /tmp/backend [-sizes 2KB,32KB,256KB] [-rounds 3] [-duration 8s]
+//	overhead -caddy /tmp/caddy -backend /tmp/backend -compare usage -stream 200 -sizes 2KB
 package main
 
 import (
@@ -60,6 +67,8 @@ type config struct {
 	basePort            int
 	pprof               string        // directory for profiles of the Caddy process; "" for none
 	pprofDur            time.Duration // length of each profile
+	compare             string        // "policy" (round_robin vs prefix_cache) or "usage"
+	stream              int           // the backend's SSE chunks per answer; 0 for JSON
 }
 
 func main() {
@@ -81,7 +90,17 @@ func main() {
 	flag.IntVar(&cfg.basePort, "port", 18800, "first port: Caddy round_robin, +1 prefix_cache, +2 a check site, +3 the admin endpoint (with -pprof), +10.. the backend")
 	flag.StringVar(&cfg.pprof, "pprof", "", "write CPU and allocation profiles of the Caddy process under load (each policy, each size) to this directory; enables Caddy's admin endpoint on port+3 for /debug/pprof")
 	flag.DurationVar(&cfg.pprofDur, "pprof-duration", 10*time.Second, "length of each profile (with -pprof)")
+	flag.StringVar(&cfg.compare, "compare", "policy", "policy: round_robin against prefix_cache; usage: prefix_cache against prefix_cache behind prefix_cache_usage")
+	flag.IntVar(&cfg.stream, "stream", 0, "the backend streams each answer as this many SSE chunks (0: one JSON answer)")
 	flag.Parse()
+	switch cfg.compare {
+	case "policy":
+	case "usage":
+		policies = []string{"prefix_cache", "prefix_cache+usage"}
+		short = []string{"pc", "pc+usage"}
+	default:
+		log.Fatalf("overhead: -compare must be policy or usage, got %q", cfg.compare)
+	}
 	log.SetFlags(0)
 	if cfg.caddy == "" || cfg.backend == "" {
 		log.Fatal("overhead: -caddy and -backend are required")
@@ -127,7 +146,11 @@ func sizeName(n int) string {
 	return fmt.Sprintf("%dKB", n>>10)
 }
 
-var policies = []string{"round_robin", "prefix_cache"}
+// policies are the two sides compared, short their short names.
+var (
+	policies = []string{"round_robin", "prefix_cache"}
+	short    = []string{"rr", "pc"}
+)
 
 // result is one wrk run.
 type result struct {
@@ -158,7 +181,7 @@ func run(cfg config) error {
 	for i := range cfg.upstreams {
 		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", cfg.basePort+10+i))
 	}
-	backend, err := start(cfg, "0", dir, "backend", cfg.backend, "-listen", strings.Join(backends, ","))
+	backend, err := start(cfg, "0", dir, "backend", cfg.backend, "-listen", strings.Join(backends, ","), "-stream", strconv.Itoa(cfg.stream))
 	if err != nil {
 		return err
 	}
@@ -184,7 +207,10 @@ func run(cfg config) error {
 		}
 	}
 
-	fmt.Printf("# prefix_cache vs round_robin through Caddy\n\n")
+	fmt.Printf("# %s vs %s through Caddy\n\n", policies[1], policies[0])
+	if cfg.stream > 0 {
+		fmt.Printf("Answers streamed as %d SSE chunks each, each flushed, then a usage chunk.\n\n", cfg.stream)
+	}
 	fmt.Printf("%d upstreams (one backend process), %d conversations per size cycled by wrk, %d round(s) of %v per policy and mode, interleaved A/B/B/A; throughput mode %d connections, latency mode 1; wrk -t%d.\n",
 		cfg.upstreams, cfg.convs, cfg.rounds, cfg.duration, cfg.conns, cfg.threads)
 	if cfg.pin {
@@ -256,7 +282,7 @@ func run(cfg config) error {
 	}
 
 	fmt.Printf("## Throughput (%d connections): medians over rounds\n\n", cfg.conns)
-	fmt.Printf("| body | round_robin req/s | prefix_cache req/s | ratio (median of rounds) | ratios per round | Caddy CPU µs/req rr | pc | CPU ratio | errors |\n")
+	fmt.Printf("| body | %s req/s | %s req/s | ratio (median of rounds) | ratios per round | Caddy CPU µs/req %s | %s | CPU ratio | errors |\n", policies[0], policies[1], short[0], short[1])
 	fmt.Printf("|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		var per []string
@@ -268,7 +294,7 @@ func run(cfg config) error {
 			median(cpuOf(r.thr[0])), median(cpuOf(r.thr[1])), median(r.cpuRat), errorsOf(r.thr[0])+errorsOf(r.thr[1]))
 	}
 	fmt.Printf("\n## Latency (1 connection, no queueing): medians over rounds\n\n")
-	fmt.Printf("| body | rr p50 | pc p50 | added p50 | rr p99 | pc p99 | added p99 (median of rounds) | added p99 per round |\n")
+	fmt.Printf("| body | %[1]s p50 | %[2]s p50 | added p50 | %[1]s p99 | %[2]s p99 | added p99 (median of rounds) | added p99 per round |\n", short[0], short[1])
 	fmt.Printf("|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		var per []string
@@ -350,7 +376,9 @@ func medianDur(ds []time.Duration) time.Duration {
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/1e3) }
 
-// caddyConfig serves round_robin on basePort, prefix_cache on basePort+1,
+// caddyConfig serves round_robin on basePort, prefix_cache on basePort+1
+// (with -compare usage: prefix_cache, and prefix_cache behind
+// prefix_cache_usage),
 // and on basePort+2 prefix_cache with a response header naming its
 // reason, for the routing check only (the header is not free, so the
 // measured sites do without it). Logging is at ERROR, access logs off.
@@ -363,7 +391,15 @@ func caddyConfig(cfg config, backends []string) string {
 	if cfg.pprof != "" {
 		admin = fmt.Sprintf("admin 127.0.0.1:%d", cfg.basePort+3)
 	}
-	return fmt.Sprintf("{\n\t%s\n\tpersist_config off\n\tauto_https off\n\tlog default {\n\t\tlevel ERROR\n\t}\n}\n", admin) +
+	global := fmt.Sprintf("{\n\t%s\n\tpersist_config off\n\tauto_https off\n\tlog default {\n\t\tlevel ERROR\n\t}\n}\n", admin)
+	if cfg.compare == "usage" {
+		usage := fmt.Sprintf("http://127.0.0.1:%d {\n\tprefix_cache_usage\n\treverse_proxy %s {\n\t\tlb_policy prefix_cache\n\t}\n}\n", cfg.basePort+1, ups)
+		return global +
+			site(cfg.basePort, "prefix_cache", "") +
+			usage +
+			site(cfg.basePort+2, "prefix_cache", "\t\theader_down X-Prefix-Cache-Reason {http.reverse_proxy.prefix_cache.reason}\n")
+	}
+	return global +
 		site(cfg.basePort, "round_robin", "") +
 		site(cfg.basePort+1, "prefix_cache", "") +
 		site(cfg.basePort+2, "prefix_cache", "\t\theader_down X-Prefix-Cache-Reason {http.reverse_proxy.prefix_cache.reason}\n")
