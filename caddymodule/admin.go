@@ -140,6 +140,9 @@ type upstreamStats struct {
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
+	// Capacity is its engine's capacity, with engine_metrics' capacity
+	// on.
+	Capacity *capacityStats `json:"capacity,omitempty"`
 	// Answers is what the upstream's answers said it had cached, with
 	// prefix_cache_usage; absent until one.
 	Answers *answerStats `json:"answers,omitempty"`
@@ -172,20 +175,23 @@ type engineStats struct {
 	Others int    `json:"others_in_flight"`
 	Age    string `json:"age"`
 	Stale  bool   `json:"stale"`
-	// CapacityChunks is, with capacity on, the engine's KV capacity as
-	// the index holds it, in chunks of routing text, and SentChunks the
-	// chunks the index believes were sent to it uncached so far.
-	CapacityChunks int    `json:"capacity_chunks,omitempty"`
-	SentChunks     uint32 `json:"sent_chunks,omitempty"`
-	// PublishedChunks is the capacity the engine's metrics give, and
-	// LearnedChunks what its answers show (prefix_cache_usage): the
-	// capacity is the smaller. CapacityMisses and CapacityHits count
-	// the answers taken as evidence of an eviction, and of a prefix held
-	// near the learned capacity.
-	PublishedChunks int    `json:"published_chunks,omitempty"`
-	LearnedChunks   int    `json:"learned_chunks,omitempty"`
-	CapacityMisses  uint64 `json:"capacity_misses,omitempty"`
-	CapacityHits    uint64 `json:"capacity_hits,omitempty"`
+}
+
+// capacityStats is, with engine_metrics' capacity on, an engine's KV
+// capacity as the index models it, in chunks of routing text.
+type capacityStats struct {
+	// Chunks is the capacity the index applies (0: none yet), the
+	// smaller of Published, from the engine's metrics, and Learned, from
+	// its answers (prefix_cache_usage); Sent is the chunks the index
+	// believes were sent to it uncached so far.
+	Chunks    int    `json:"chunks"`
+	Sent      uint32 `json:"sent"`
+	Published int    `json:"published"`
+	Learned   int    `json:"learned"`
+	// Misses and Hits count the answers taken as evidence of an
+	// eviction, and of a prefix held near the learned capacity.
+	Misses uint64 `json:"misses"`
+	Hits   uint64 `json:"hits"`
 }
 
 // engineMetricsStats is engine_metrics as configured, its header fields
@@ -279,12 +285,15 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others,
 							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
 						}
-						us.Engine.CapacityChunks, us.Engine.SentChunks = s.state.index.Capacity(tab.ids[i])
-						if c, ok := s.state.capacities.get(tab.ids[i]); ok {
-							us.Engine.PublishedChunks, us.Engine.LearnedChunks = c.published, c.learned
-							us.Engine.CapacityMisses, us.Engine.CapacityHits = c.misses, c.hits
-						}
 					}
+				}
+				if m := s.EngineMetrics; m != nil && m.Capacity && tab.ids[i] != 0 {
+					cs := &capacityStats{}
+					cs.Chunks, cs.Sent = s.state.index.Capacity(tab.ids[i])
+					if c, ok := s.state.capacities.get(tab.ids[i]); ok {
+						cs.Published, cs.Learned, cs.Misses, cs.Hits = c.published, c.learned, c.misses, c.hits
+					}
+					us.Capacity = cs
 				}
 				is.Upstreams = append(is.Upstreams, us)
 			}

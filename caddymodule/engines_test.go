@@ -122,6 +122,35 @@ func engineOf(t *testing.T, admin, dial string) (map[string]any, bool) {
 	return nil, false
 }
 
+// capacityOf returns the capacity stats the admin API shows for dial.
+func capacityOf(t *testing.T, admin, dial string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Instances []struct {
+			Upstreams []struct {
+				Dial     string         `json:"dial"`
+				Capacity map[string]any `json:"capacity"`
+			} `json:"upstreams"`
+		} `json:"instances"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range st.Instances {
+		for _, u := range in.Upstreams {
+			if u.Dial == dial && u.Capacity != nil {
+				return u.Capacity
+			}
+		}
+	}
+	return nil
+}
+
 // waitEngine polls the admin API until ok accepts dial's engine stats.
 func waitEngine(t *testing.T, admin, dial string, ok func(map[string]any) bool, why string) map[string]any {
 	t.Helper()
@@ -384,7 +413,7 @@ func TestEngineCapacityForgetsWhatTheEngineEvicted(t *testing.T) {
 			}
 			for _, addr := range fleet.Addrs() {
 				waitEngine(t, admin, addr, func(e map[string]any) bool {
-					return e["engine"] == "vllm" && (!tc.evicted || e["capacity_chunks"] == 32.0)
+					return e["engine"] == "vllm" && (!tc.evicted || capacityOf(t, admin, addr)["chunks"] == 32.0)
 				}, "scraping the engines' capacity")
 			}
 			if got := postReason(t, url, chat(system, "first", "answer", "second")); got != "match" {

@@ -381,6 +381,11 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	if m := s.EngineMetrics; m != nil && m.Capacity {
+		// The clocks run from now, for every upstream, so that answers
+		// can teach the capacity of an engine that publishes none.
+		s.state.index.TrackCapacities()
+	}
 	if s.SyncRaw != nil {
 		mod, err := ctx.LoadModule(s, "SyncRaw")
 		if err != nil {

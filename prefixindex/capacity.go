@@ -10,9 +10,9 @@ import "sync/atomic"
 // chunks one upstream holds, and from then on the index models that
 // upstream's cache as an LRU of that size:
 //
-//   - Each upstream with a capacity has a clock: the chunks the index
-//     believes were new to it, sent to it uncached, so far (each one
-//     evicts one of its least recently used chunks once it is full).
+//   - Each upstream has a clock: the chunks the index believes were new
+//     to it, sent to it uncached, so far (each one evicts one of its
+//     least recently used chunks once it is full).
 //   - Each owner of each entry carries a stamp: its upstream's clock when
 //     a request last sent it that prefix (Record or Confirm).
 //   - An owner whose stamp is more than the capacity behind its clock was
@@ -21,10 +21,12 @@ import "sync/atomic"
 //
 // Nothing is swept: an evicted owner stays in its entry, unseen, until a
 // Record refreshes it, a newer owner pushes it out, or the entry itself is
-// evicted. The stamps are an array beside the entries, 16 bytes per entry
-// (four 32-bit stamps), allocated in a shard when the index first has a
-// capacity; without one, nothing changes and nothing is allocated. A
-// clock counts 2^32 chunks (a terabyte of text to one upstream) before it
+// evicted. The clocks and stamps exist once TrackCapacities (or a first
+// SetCapacity) asks for them, for every upstream, so that Age can tell
+// how long ago an upstream with no capacity yet was sent a prefix; until
+// then nothing changes and nothing is allocated. The stamps are an array
+// beside the entries, 16 bytes per entry (four 32-bit stamps). A clock
+// counts 2^32 chunks (a terabyte of text to one upstream) before it
 // wraps, far beyond what any entry outlives in the index.
 
 // capacities are the upstreams' clocks and capacities, by ID.
@@ -51,10 +53,23 @@ func (ix *Index) SetCapacity(id ID, chunks int) {
 		if chunks == 0 {
 			return
 		}
-		ix.caps.CompareAndSwap(nil, new(capacities))
-		caps = ix.caps.Load()
+		caps = ix.trackCapacities()
 	}
 	caps.limit[id].Store(uint32(min(chunks, MaxCapacity)))
+}
+
+// TrackCapacities starts the clocks and stamps, if they have not
+// started, so that Age answers for every upstream before any has a
+// capacity. It costs 512 KiB, and 16 bytes per entry as entries are
+// recorded.
+func (ix *Index) TrackCapacities() { ix.trackCapacities() }
+
+func (ix *Index) trackCapacities() *capacities {
+	if caps := ix.caps.Load(); caps != nil {
+		return caps
+	}
+	ix.caps.CompareAndSwap(nil, new(capacities))
+	return ix.caps.Load()
 }
 
 // ClearCapacities lifts every upstream's capacity; the clocks keep
@@ -145,10 +160,10 @@ func (s *shard) growStamps() {
 
 // Age returns how many chunks have been sent uncached to id since it was
 // last sent the prefix h names, by its clock, and whether id owns h and
-// has a capacity to age by. It takes h's shard lock once.
+// the clocks run (TrackCapacities). It takes h's shard lock once.
 func (ix *Index) Age(scope Scope, h Hash, id ID) (uint32, bool) {
 	caps := ix.caps.Load()
-	if caps == nil || id == 0 || caps.limit[id].Load() == 0 {
+	if caps == nil || id == 0 {
 		return 0, false
 	}
 	m := mix(uint64(h), ix.secret)

@@ -117,7 +117,8 @@ func TestCapacityForgotten(t *testing.T) {
 }
 
 // capModel is the reference: each upstream's engine as an LRU of its
-// capacity in chunks, fed the chunks each Record sends it.
+// capacity in chunks (unbounded without one), fed the chunks each Record
+// sends it.
 type capModel struct {
 	limit map[ID]int
 	clock map[ID]uint32
@@ -136,9 +137,7 @@ func (m *capModel) record(hs []Hash, id ID) {
 		}
 		m.stamp[id][h] = now
 	}
-	if m.limit[id] != 0 {
-		m.clock[id] += fresh
-	}
+	m.clock[id] += fresh
 }
 
 func (m *capModel) depth(hs []Hash, id ID) int {
@@ -157,6 +156,7 @@ func (m *capModel) depth(hs []Hash, id ID) int {
 func TestCapacityModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	ix := newIndex(t, Config{MaxEntries: 1 << 16, Shards: 8})
+	ix.TrackCapacities() // every clock runs from the start, as the model's
 	m := &capModel{limit: map[ID]int{}, clock: map[ID]uint32{}, stamp: map[ID]map[Hash]uint32{}}
 	var ids []ID
 	for _, n := range []string{"a", "b", "c", "d"} {
@@ -172,11 +172,9 @@ func TestCapacityModel(t *testing.T) {
 		hs := fam[:1+r.IntN(len(fam))]
 		switch op := r.IntN(100); {
 		case op < 2:
-			if m.clock[id] == 0 { // set while the clock is at zero: the model's stamps agree
-				c := r.IntN(200)
-				ix.SetCapacity(id, c)
-				m.limit[id] = c
-			}
+			c := r.IntN(200)
+			ix.SetCapacity(id, c)
+			m.limit[id] = c
 		case op < 45:
 			ix.Record(Scope{}, hs, id)
 			m.record(hs, id)
@@ -278,6 +276,12 @@ func TestCapacityAge(t *testing.T) {
 	}
 	if _, ok := ix.Age(tenant, first[9], b); ok {
 		t.Error("Age reports an age for an upstream that does not own the prefix")
+	}
+	// An upstream without a capacity is aged too, once the clocks run.
+	ix.Record(tenant, first, b)
+	ix.Record(tenant, hashes("b-then", 7), b)
+	if age, ok := ix.Age(tenant, first[9], b); !ok || age != 17 {
+		t.Errorf("Age at b, which has no capacity = %d, %v; want 17 (its 10 chunks and 7 since), true", age, ok)
 	}
 	if _, ok := ix.Age(Scope{}, hashes("nothing", 1)[0], a); ok {
 		t.Error("Age reports an age for a prefix no one owns")

@@ -524,7 +524,7 @@ func (ix *Index) update(scope Scope, hashes []Hash, owner ID, confirm bool) {
 		sh.mu.Unlock()
 		start = end
 	}
-	if limit != 0 && fresh > 0 {
+	if caps != nil && fresh > 0 {
 		// What was new to the upstream's engine took as many of its
 		// blocks, evicting its least recently used once it is full.
 		caps.clock[owner].Add(uint32(fresh))
