@@ -117,7 +117,7 @@ func (s *shard) reset() {
 	s.n = 0
 	s.nProb = 0
 	if s.stamps != nil {
-		s.stamps = s.stamps[:0:0]
+		s.stamps = make([][MaxOwners]uint32, 0) // kept on, its array released
 	}
 }
 
