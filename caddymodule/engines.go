@@ -41,9 +41,9 @@ const (
 	// server publish their metrics.
 	DefaultMetricsURI = "/metrics"
 	// DefaultMetricsInterval is how often each upstream is scraped: a
-	// vLLM scrape is tens of kilobytes of text, ~0.13 ms to parse
-	// (BenchmarkParse), so 8 engines cost ~0.1% of a core at 1s. An
-	// engine's queue drains in seconds.
+	// vLLM scrape is tens of kilobytes of text, of which only the few
+	// lines read are parsed (BenchmarkParse), and an engine's queue
+	// drains in seconds.
 	DefaultMetricsInterval = caddy.Duration(time.Second)
 	// DefaultMetricsTimeout is how long a scrape may take.
 	DefaultMetricsTimeout = caddy.Duration(time.Second)
