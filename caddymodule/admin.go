@@ -111,6 +111,7 @@ type syncStats struct {
 	edgesync.Status
 	SyncHashes       string `json:"sync_hashes"`
 	SyncLoad         bool   `json:"sync_load"`
+	SyncLoadInterval string `json:"sync_load_interval"`
 	AppliedPlaced    uint64 `json:"applied_placed"`
 	AppliedConfirmed uint64 `json:"applied_confirmed"`
 	AppliedLoad      uint64 `json:"applied_load"`
@@ -243,6 +244,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				Status:           ss.transport.Status(),
 				SyncHashes:       s.SyncHashes,
 				SyncLoad:         *s.SyncLoad,
+				SyncLoadInterval: time.Duration(s.SyncLoadInterval).String(),
 				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
 				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
 				AppliedLoad:      ss.applied[edgesync.LoadKind].Load(),

@@ -43,6 +43,7 @@ import (
 //		}
 //		sync_hashes    all|new
 //		sync_load      on|off
+//		sync_load_interval <duration>
 //		engine_metrics [<uri>] {
 //			port     <port>
 //			interval <duration>
@@ -232,6 +233,18 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Errf("invalid sync_load '%s': must be on or off", d.Val())
 			}
 			s.SyncLoad = &on
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "sync_load_interval":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur < minLoadInterval || dur > maxLoadInterval {
+				return d.Errf("invalid sync_load_interval '%s': must be a duration from %v to %v", d.Val(), minLoadInterval, maxLoadInterval)
+			}
+			s.SyncLoadInterval = caddy.Duration(dur)
 			if d.NextArg() {
 				return d.ArgErr()
 			}

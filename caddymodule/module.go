@@ -242,6 +242,10 @@ type PrefixCacheSelection struct {
 	// Default: `true` (with sync).
 	SyncLoad *bool `json:"sync_load,omitempty"`
 
+	// How often an edge publishes its load, with sync_load; a report
+	// counts for five of these. Default: `100ms`.
+	SyncLoadInterval caddy.Duration `json:"sync_load_interval,omitempty"`
+
 	fallback     reverseproxy.Selector
 	fallbackName string
 	chunker      prefixindex.Chunker
@@ -326,6 +330,9 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.SyncLoad == nil {
 		on := true
 		s.SyncLoad = &on
+	}
+	if s.SyncLoadInterval == 0 {
+		s.SyncLoadInterval = caddy.Duration(loadInterval)
 	}
 	if s.EngineMetrics != nil {
 		s.EngineMetrics.provision()
@@ -441,6 +448,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
 		zap.Bool("engine_queue", s.engineQueue),
 		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
+		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
 		zap.String("fallback", s.fallbackName),
 		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
 	)
@@ -471,6 +479,8 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("forget_after must be at most %v, got %v", time.Duration(MaxForgetAfter), time.Duration(s.ForgetAfter))
 	case s.AllowEmptyTenant && s.Tenant == "":
 		return fmt.Errorf("allow_empty_tenant needs tenant")
+	case s.SyncLoadInterval != 0 && (time.Duration(s.SyncLoadInterval) < minLoadInterval || time.Duration(s.SyncLoadInterval) > maxLoadInterval):
+		return fmt.Errorf("sync_load_interval must be from %v to %v, got %v", minLoadInterval, maxLoadInterval, time.Duration(s.SyncLoadInterval))
 	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:
 		return fmt.Errorf("sync_hashes must be %s or %s, got %q", SyncHashesAll, SyncHashesNew, s.SyncHashes)
 	}

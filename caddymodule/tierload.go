@@ -20,7 +20,8 @@ import (
 // count, so an edge without fresh reports bounds by its own load alone.
 
 const (
-	// loadInterval is how often an edge reports its load: often enough
+	// loadInterval is the default sync_load_interval, how often an edge
+	// reports its load: often enough
 	// that a burst on one edge is seen by the others before it has
 	// admitted much of it (a request's prefill takes tens of milliseconds
 	// at least), rarely enough to cost nothing (a report of 8 upstreams
@@ -28,8 +29,14 @@ const (
 	loadInterval = 100 * time.Millisecond
 	// loadTTL is how long a report counts: a few intervals, so that one
 	// lost report changes nothing and a gone edge stops counting within a
-	// second.
+	// second. With another sync_load_interval, it is that many of those.
 	loadTTL = 5 * loadInterval
+
+	// minLoadInterval and maxLoadInterval bound sync_load_interval: a
+	// report per upstream every 10 ms is 100 publishes a second per edge,
+	// and one every 10 s is too stale to bound anything.
+	minLoadInterval = 10 * time.Millisecond
+	maxLoadInterval = 10 * time.Second
 )
 
 // Bounds on what load reports can make an edge hold and add up, whatever
@@ -54,6 +61,7 @@ const (
 type tierLoad struct {
 	requests [prefixindex.MaxIDs + 1]atomic.Int64
 	bytes    [prefixindex.MaxIDs + 1]atomic.Int64
+	ttl      atomic.Int64 // how long a report counts; 0: loadTTL
 
 	mu       sync.Mutex
 	byOrigin map[uint64]*originLoad
@@ -110,12 +118,17 @@ func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requ
 	return true
 }
 
-// expire drops the reports older than loadTTL at now.
+// expire drops the reports older than the TTL (loadTTL, or what the
+// reporting instance set) at now.
 func (t *tierLoad) expire(now time.Time) {
+	ttl := time.Duration(t.ttl.Load())
+	if ttl == 0 {
+		ttl = loadTTL
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for origin, o := range t.byOrigin {
-		if now.Sub(o.at) > loadTTL {
+		if now.Sub(o.at) > ttl {
 			t.give(o)
 			delete(t.byOrigin, origin)
 		}
@@ -198,7 +211,9 @@ func (s *PrefixCacheSelection) startLoadReports() {
 // does, so the process reports each upstream once per state), and
 // expires the other edges' stale reports.
 func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
-	t := time.NewTicker(loadInterval)
+	interval := time.Duration(s.SyncLoadInterval)
+	s.state.tier.ttl.Store(int64(5 * interval))
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	var report edgesync.LoadReport
 	var out []byte

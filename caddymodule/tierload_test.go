@@ -40,3 +40,19 @@ func TestTierLoad(t *testing.T) {
 		t.Errorf("after every edge went quiet: %d, %d, %d edges; want nothing", r, b, tl.edges())
 	}
 }
+
+// With a sync_load_interval of its own, a report counts for five of it.
+func TestTierLoadTTL(t *testing.T) {
+	var tl tierLoad
+	tl.ttl.Store(int64(5 * 20 * time.Millisecond))
+	now := time.Now()
+	tl.apply(7, now, []prefixindex.ID{1}, []int64{3}, []int64{300})
+	tl.expire(now.Add(90 * time.Millisecond))
+	if r, _ := tl.load(1); r != 3 {
+		t.Errorf("at 90ms of a 100ms TTL: %d requests, want 3", r)
+	}
+	tl.expire(now.Add(110 * time.Millisecond))
+	if r, _ := tl.load(1); r != 0 {
+		t.Errorf("at 110ms of a 100ms TTL: %d requests, want 0", r)
+	}
+}

@@ -466,6 +466,43 @@ func TestAdaptCaddyfileScalesEngineMetrics(t *testing.T) {
 	}
 }
 
+// The edges' load reports come as often against the engines' clock as in
+// production: sync_load_interval (100 ms by default) times the time scale.
+func TestAdaptCaddyfileScalesSyncLoadInterval(t *testing.T) {
+	caddyfile := readCaddyfile(t)
+	own, _ := ParsePolicies("prefix_cache")
+	given, err := ParseCustomPolicy(`pc={"policy":"prefix_cache","sync_load_interval":"400ms"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		p    Policy
+		want time.Duration
+	}{
+		{"the default", own[0], 50 * time.Millisecond},
+		{"a given interval", given, 200 * time.Millisecond},
+	} {
+		raw, err := AdaptCaddyfile(caddyfile, map[string]string{"LISTEN": "127.0.0.1:9", "UPSTREAMS": "127.0.0.1:1"}, c.p, 0.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		var got []any
+		walk(cfg, func(m map[string]any) {
+			if m["policy"] == "prefix_cache" {
+				got = append(got, m["sync_load_interval"])
+			}
+		})
+		if len(got) == 0 || slices.ContainsFunc(got, func(v any) bool { return v != float64(c.want) }) {
+			t.Errorf("%s: sync_load_interval at time scale 0.5 = %v, want %d", c.name, got, c.want)
+		}
+	}
+}
+
 // With Usage, every reverse_proxy has prefix_cache_usage right before it.
 func TestAdaptCaddyfileInsertsUsage(t *testing.T) {
 	caddyfile := readCaddyfile(t)

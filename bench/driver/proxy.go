@@ -110,6 +110,7 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScal
 	}
 	scalePrefillRates(cfg, timeScale)
 	scaleEngineMetrics(cfg, timeScale)
+	scaleSyncLoad(cfg, timeScale)
 	scalePeerTimes(cfg, timeScale)
 	if p.Usage {
 		insertUsage(cfg)
@@ -209,6 +210,27 @@ func scaleEngineMetrics(v any, timeScale float64) {
 	case []any:
 		for _, c := range v {
 			scaleEngineMetrics(c, timeScale)
+		}
+	}
+}
+
+// scaleSyncLoad multiplies the sync_load_interval of every prefix_cache
+// selection policy under v by timeScale (its 100 ms default first, and at
+// least 10 ms), so that edges report their load as often, against the
+// engines' clock, as a deployment's edges do. Without sync it is unused.
+func scaleSyncLoad(v any, timeScale float64) {
+	switch v := v.(type) {
+	case map[string]any:
+		if v["policy"] == "prefix_cache" {
+			interval := durationOr(v["sync_load_interval"], 100*time.Millisecond)
+			v["sync_load_interval"] = int64(max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond))
+		}
+		for _, c := range v {
+			scaleSyncLoad(c, timeScale)
+		}
+	case []any:
+		for _, c := range v {
+			scaleSyncLoad(c, timeScale)
 		}
 	}
 }
