@@ -9,6 +9,13 @@
 # Run again on the same OUTDIR, from the same commit, it resumes: cells
 # whose JSON exists are kept, the others run.
 #
+# EXTRA runs other policies on the same set instead of $POLICIES, given
+# as prefixbench -custom-policy specs separated by ';' (peers tuned on
+# the tuning set, or prefix_cache with an option on), into an OUTDIR of
+# their own; peertable over both directories puts them side by side:
+#
+#	EXTRA='sglang_tuned={"policy":"peer_sglang","cache_threshold":0.5}' bench/scoring/run.sh OUTDIR2
+#
 # OUTDIR gets one raw prefixbench JSON (and markdown) per workload and seed
 # or run, commands.txt (every command, in order), commit.txt (the tree the
 # binaries were built from), and summary.md / summary.svg from peertable
@@ -25,13 +32,27 @@ OUT=$1
 source bench/scoring/sets.sh
 build "$OUT"
 PB=$OUT/.bin/prefixbench
+run_policies=$POLICIES
+custom=()
+extra_bound=()
+if [[ -n ${EXTRA:-} ]]; then
+	run_policies= # the custom policies alone
+	POLICIES=
+	IFS=';' read -ra specs <<<"$EXTRA"
+	for spec in "${specs[@]}"; do
+		[[ -n $spec ]] || continue
+		custom+=(-custom-policy "$spec")
+		POLICIES+="${POLICIES:+,}${spec%%=*}"
+	done
+	extra_bound=(-no-bound) # the main run has each workload's bound
+fi
 
 for w in "${GEN_WORKLOADS[@]}"; do
 	name=${w%%|*}
 	read -ra flags <<<"${w#*|}"
 	for seed in "${SCORING_SEEDS[@]}"; do
 		done_cell "$OUT/$name-s$seed.json" && continue
-		runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$POLICIES" "${flags[@]}" \
+		runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$run_policies" "${custom[@]}" "${extra_bound[@]}" "${flags[@]}" \
 			-seed "$seed" -json "$OUT/$name-s$seed.json" -md "$OUT/$name-s$seed.md"
 	done
 done
@@ -42,11 +63,15 @@ for tr in "${SCORING_TRACES[@]}"; do
 		bound=()
 		[[ $r == 1 ]] || bound=(-no-bound) # the upper bound is the trace's, computed once
 		done_cell "$OUT/$name-r$r.json" && continue
-		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$POLICIES" "${flags[@]}" \
+		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$run_policies" "${custom[@]}" "${extra_bound[@]}" "${flags[@]}" \
 			"${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
 	done
 done
 
+if [[ -n ${EXTRA:-} ]]; then
+	echo "extra policies done: summarise them with the main run, peertable -lead prefix_cache ... MAIN/*.json $OUT/*.json" >&2
+	exit 0
+fi
 runlog "$OUT/.bin/peertable" -lead prefix_cache -reference "$REFERENCE" -policies "$POLICIES" -min-runs "${#SCORING_SEEDS[@]}" \
 	-svg "$OUT/summary.svg" "$OUT"/*.json >"$OUT/summary.md"
 echo "scoring set done: $OUT/summary.md" >&2

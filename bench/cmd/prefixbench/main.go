@@ -83,7 +83,7 @@ type options struct {
 func run() error {
 	var o options
 	flag.StringVar(&o.workloads, "workload", "shared-prefix", "comma-separated workloads: shared-prefix, chat, agent, mooncake")
-	flag.StringVar(&o.policies, "policies", strings.Join(driver.DefaultPolicyNames, ","), "comma-separated policies")
+	flag.StringVar(&o.policies, "policies", strings.Join(driver.DefaultPolicyNames, ","), "comma-separated policies (empty, with -custom-policy: only those)")
 	flag.StringVar(&o.qps, "qps", "", "comma-separated ladder of offered request rates (requests per simulated second); default: the workload's own rate")
 	flag.StringVar(&o.users, "users", "", "comma-separated ladder of concurrent users, for a closed-loop replay instead of -qps")
 	flag.IntVar(&o.engines, "engines", 8, "simulated engines behind Caddy")
@@ -166,9 +166,12 @@ func run() error {
 
 // config builds the driver configuration from the flags.
 func (o options) config(root string) (driver.Config, error) {
-	policies, err := driver.ParsePolicies(o.policies)
-	if err != nil {
-		return driver.Config{}, err
+	var policies []driver.Policy
+	if o.policies != "" || len(o.custom) == 0 { // -policies "" with -custom-policy: those alone
+		var err error
+		if policies, err = driver.ParsePolicies(o.policies); err != nil {
+			return driver.Config{}, err
+		}
 	}
 	for _, c := range o.custom {
 		p, err := driver.ParseCustomPolicy(c)
