@@ -234,8 +234,10 @@ func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
 			io.WriteString(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\" 3\n")
 		},
 		"too_large": func(w http.ResponseWriter, _ *http.Request) {
-			line := strings.Repeat("x", 1<<10) + " 1\n"
-			for range 5 << 10 { // 5 MiB
+			// More lines of a family read than any engine writes (256
+			// KiB); the 4 MiB bound on the body has its own test.
+			line := "vllm:num_requests_waiting{model_name=\"" + strings.Repeat("m", 1000) + "\"} 1\n"
+			for range 300 {
 				io.WriteString(w, line)
 			}
 		},
@@ -429,5 +431,36 @@ func TestEngineCapacityForgetsWhatTheEngineEvicted(t *testing.T) {
 				t.Errorf("third turn after the flood: reason %q; evicted %v, want %v", got, evicted, tc.evicted)
 			}
 		})
+	}
+}
+
+// A scrape's body is read to 4 MiB at most, whatever it holds: past it,
+// the scrape is too_large and nothing of it counts.
+func TestEngineScrapeBodyBound(t *testing.T) {
+	b := newMetricsBackend(t, "huge")
+	b.serve(func(w http.ResponseWriter, _ *http.Request) {
+		line := strings.Repeat("x", 1<<10) + " 1\n" // no family read: only the size bound stops it
+		for range 5 << 10 {                         // 5 MiB
+			if _, err := io.WriteString(w, line); err != nil {
+				return
+			}
+		}
+	})
+	port := freePort(t)
+	// A timeout far above what reading 4 MiB takes, even under the race
+	// detector on a loaded machine: the outcome is the size, not time.
+	admin := startCaddyAdmin(t, metricsSite(port, []*metricsBackend{b}, "engine_metrics {\n\t\t\t\tinterval 5s\n\t\t\t\ttimeout 5s\n\t\t\t}"))
+	post(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), chat("huge", "hello"))
+	const key = `caddy_prefix_cache_engine_scrapes_total{outcome="too_large"}`
+	before := scrape(t, admin, key)[key]
+	deadline := time.Now().Add(20 * time.Second)
+	for scrape(t, admin, key)[key] <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not rise", key)
+		}
+		time.Sleep(20 * time.Millisecond) // polling Caddy's metrics, bounded by the deadline
+	}
+	if _, found := engineOf(t, admin, b.addr()); found {
+		t.Error("the admin API shows an engine sample from an oversized scrape")
 	}
 }
