@@ -176,8 +176,8 @@ func TestEngineQueueJoinsTheBound(t *testing.T) {
 		name, options string
 		spill         bool
 	}{
-		{"queue on", "engine_metrics {\n\t\t\t\tinterval 20ms\n\t\t\t\ttimeout 20ms\n\t\t\t}", true},
-		{"queue off", "engine_metrics {\n\t\t\t\tinterval 20ms\n\t\t\t\ttimeout 20ms\n\t\t\t\tqueue off\n\t\t\t}", false},
+		{"queue on", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t}", true},
+		{"queue off", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t\tqueue off\n\t\t\t}", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bs := []*metricsBackend{newMetricsBackend(t, "a"), newMetricsBackend(t, "b")}
@@ -252,7 +252,7 @@ func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
 		bs = append(bs, b)
 	}
 	port := freePort(t)
-	admin := startCaddyAdmin(t, metricsSite(port, bs, "engine_metrics {\n\t\t\t\tinterval 50ms\n\t\t\t\ttimeout 50ms\n\t\t\t}"))
+	admin := startCaddyAdmin(t, metricsSite(port, bs, "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t}"))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 	client := &http.Client{Timeout: 5 * time.Second}
 
@@ -307,8 +307,8 @@ func TestEngineMetricsOfTheSimulatedVLLM(t *testing.T) {
 	reverse_proxy %s {
 		lb_policy prefix_cache {
 			engine_metrics {
-				interval 20ms
-				timeout 20ms
+				interval 200ms
+				timeout 200ms
 			}
 		}
 	}
@@ -335,6 +335,8 @@ func TestEngineMetricsOfTheSimulatedVLLM(t *testing.T) {
 // Scrapes go through the reverse_proxy's transport, as Caddy's active
 // health checks do: to an engine served over TLS they speak TLS with the
 // transport's trust pool, and they carry engine_metrics' header fields.
+// (A timeout of a second: a TLS handshake under the race detector on a
+// loaded machine takes tens of milliseconds.)
 func TestEngineMetricsOverTheTransportsTLS(t *testing.T) {
 	b := startMetricsBackend(t, "tls", true)
 	inner := *b.metrics.Load()
@@ -355,8 +357,8 @@ func TestEngineMetricsOverTheTransportsTLS(t *testing.T) {
 	reverse_proxy %s {
 		lb_policy prefix_cache {
 			engine_metrics {
-				interval 20ms
-				timeout 20ms
+				interval 1s
+				timeout 1s
 				header Authorization "Bearer engine-token"
 			}
 		}
@@ -399,8 +401,8 @@ func TestEngineCapacityForgetsWhatTheEngineEvicted(t *testing.T) {
 		lb_policy prefix_cache {
 			min_match_ratio 0
 			engine_metrics {
-				interval 20ms
-				timeout 20ms
+				interval 200ms
+				timeout 200ms
 				%s
 			}
 		}

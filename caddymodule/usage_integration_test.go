@@ -224,8 +224,8 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 		lb_policy prefix_cache {
 			min_match_ratio 0
 			engine_metrics %s {
-				interval 20ms
-				timeout 20ms
+				interval 200ms
+				timeout 200ms
 				capacity on
 				bytes_per_token 64
 			}
