@@ -447,6 +447,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
 		zap.Bool("engine_queue", s.engineQueue),
+		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
 		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
 		zap.String("fallback", s.fallbackName),
