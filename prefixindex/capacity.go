@@ -138,7 +138,7 @@ func removeStamp(st *[MaxOwners]uint32, p int) {
 }
 
 // initStamps gives s its stamps, one zero array per entry: the owners of
-// entries recorded before any capacity are stamped at the clocks' start,
+// entries recorded before the clocks started are stamped at their start,
 // so they count as evicted once their upstream has been sent its
 // capacity's worth since. s.mu must be held.
 func (s *shard) initStamps() {

@@ -61,9 +61,9 @@
 //
 //	Stats().Bytes <= 46*MaxEntries + 8.5 KiB*Shards + 17 KiB + sum over interned names of (len(name) + 64)
 //
-// With a capacity set for any upstream (SetCapacity), each shard also
-// keeps 16 bytes of stamps per entry, and the index 512 KiB of clocks and
-// capacities: add 16*MaxEntries (plus the growth rounding of the stamps'
+// With capacities tracked (TrackCapacities, or a first SetCapacity),
+// each shard also keeps 16 bytes of stamps per entry, and the index 512
+// KiB of clocks and capacities: add 16*MaxEntries (plus the growth rounding of the stamps'
 // array) and 512 KiB to the bound.
 //
 // A full index costs between 35 and 46 bytes per entry depending on where C

@@ -131,7 +131,7 @@ type Index struct {
 	ids atomic.Pointer[map[string]ID] // read-only once published
 
 	// caps holds the upstreams' capacities and clocks (capacity.go); nil
-	// until SetCapacity first sets one.
+	// until TrackCapacities, or a first SetCapacity.
 	caps atomic.Pointer[capacities]
 
 	mu        sync.Mutex                     // guards the fields below and writers of ids

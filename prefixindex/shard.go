@@ -53,7 +53,7 @@ type shardState struct {
 	secret    uint64 // mixing key, the same for every shard of an index
 	evictions uint64
 
-	// stamps, once the index has a capacity (capacity.go), holds each
+	// stamps, once the index tracks capacities (capacity.go), holds each
 	// entry's owners' stamps, lane for lane: entries[i]'s lane p was
 	// last sent to its upstream at clock stamps[i][p]. nil before.
 	stamps [][MaxOwners]uint32
@@ -142,8 +142,9 @@ func (s *shard) lookup(m, key uint64) uint32 {
 }
 
 // ownersStamped returns the owners of key and their stamps, 0 if none.
-// A shard not updated since the index got a capacity has no stamps yet:
-// its owners are stamped at the clocks' start, as initStamps would.
+// A shard not updated since the index began tracking capacities has no
+// stamps yet: its owners are stamped at the clocks' start, as initStamps
+// would.
 func (s *shard) ownersStamped(m, key uint64) (uint64, [MaxOwners]uint32) {
 	if idx := s.lookup(m, key); idx != 0 {
 		if s.stamps == nil {
