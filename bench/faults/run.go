@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,17 +279,19 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		redis = r
 	}
 
-	listens, err := driver.ReservePorts(opts.Edges)
+	// The edges' listeners and Caddy's http_port and https_port, held
+	// open together so that no two are the same port.
+	ports, err := driver.ReservePorts(opts.Edges + 2)
 	if err != nil {
 		return res, err
 	}
+	listens := ports[:opts.Edges]
+	httpPort, httpsPort := portOf(ports[opts.Edges]), portOf(ports[opts.Edges+1])
 	storage, err := os.MkdirTemp("", "faults-caddy")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(storage)
-	httpPort, _ := freePort()
-	httpsPort, _ := freePort()
 	configs := make([][]byte, len(listens))
 	for i, listen := range listens {
 		caddyfile := fmt.Sprintf(`{
@@ -563,11 +566,9 @@ var systemPrompts = func() []string {
 
 const question = "please summarise the previous answer and add one more detail about load balancing"
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+// portOf is the port of a host:port address.
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }

@@ -78,13 +78,26 @@ func newBackends(t *testing.T, n int) []*backend {
 	return bs
 }
 
+// handedOut holds the ports freePort returned, so that no two of one
+// test's listeners (a site and Caddy's https_port, say) get the same
+// one: the kernel may hand out a port again once it is closed.
+var handedOut sync.Map
+
+// freePort returns a loopback port that was free a moment ago and that
+// no earlier call returned.
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, seen := handedOut.LoadOrStore(port, true); !seen {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // edge is one Caddy process of the tier.
