@@ -74,6 +74,10 @@ func getStats(t *testing.T, admin string) adminStats {
 // reload replaces the running config, as `caddy reload` does.
 func reload(t *testing.T, admin, sites string) {
 	t.Helper()
+	var last uint64 // the newest instance number of the running config
+	for _, in := range getStats(t, admin).Instances {
+		last = max(last, in.Instance)
+	}
 	cfg := caddyfileJSON(t, globalOptions(t, "admin "+strings.TrimPrefix(admin, "http://"), t.TempDir())+sites)
 	resp, err := http.Post(admin+"/load", "application/json", bytes.NewReader(cfg))
 	if err != nil {
@@ -87,6 +91,24 @@ func reload(t *testing.T, admin, sites string) {
 	// The old config's server closes its idle connections; a POST on one
 	// of them would fail with EOF and, not being idempotent, not be retried.
 	http.DefaultClient.CloseIdleConnections()
+	// Until the old config has stopped, a new connection may still be
+	// accepted by its server and reset as it shuts down. Its policy
+	// instances are cleaned up after its servers stop: wait until the
+	// stats list only the new config's (numbers never used before).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		old := false
+		for _, in := range getStats(t, admin).Instances {
+			old = old || in.Instance <= last
+		}
+		if !old {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old config's policy instances were still listed 10s after the reload")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
 }
 
 // Metrics appear, move with traffic, and survive a reload; the index's
