@@ -92,9 +92,9 @@ func metricsSite(port int, bs []*metricsBackend, policyOptions string) string {
 `, port, strings.Join(dials, " "), policyOptions)
 }
 
-// engineOf returns the engine stats the admin API shows for dial, and
-// whether it shows any.
-func engineOf(t *testing.T, admin, dial string) (map[string]any, bool) {
+// upstreamField returns, for each upstream of every instance that has
+// it, one object field of its admin stats (engine, capacity, answers).
+func upstreamField(t *testing.T, admin, field string) map[string]map[string]any {
 	t.Helper()
 	resp, err := http.Get(admin + "/prefix_cache/stats")
 	if err != nil {
@@ -103,52 +103,35 @@ func engineOf(t *testing.T, admin, dial string) (map[string]any, bool) {
 	defer resp.Body.Close()
 	var st struct {
 		Instances []struct {
-			Upstreams []struct {
-				Dial   string         `json:"dial"`
-				Engine map[string]any `json:"engine"`
-			} `json:"upstreams"`
+			Upstreams []map[string]any `json:"upstreams"`
 		} `json:"instances"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]map[string]any{}
 	for _, in := range st.Instances {
 		for _, u := range in.Upstreams {
-			if u.Dial == dial && u.Engine != nil {
-				return u.Engine, true
+			if v, ok := u[field].(map[string]any); ok {
+				out[u["dial"].(string)] = v
 			}
 		}
 	}
-	return nil, false
+	return out
+}
+
+// engineOf returns the engine stats the admin API shows for dial, and
+// whether it shows any.
+func engineOf(t *testing.T, admin, dial string) (map[string]any, bool) {
+	t.Helper()
+	e, ok := upstreamField(t, admin, "engine")[dial]
+	return e, ok
 }
 
 // capacityOf returns the capacity stats the admin API shows for dial.
 func capacityOf(t *testing.T, admin, dial string) map[string]any {
 	t.Helper()
-	resp, err := http.Get(admin + "/prefix_cache/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Instances []struct {
-			Upstreams []struct {
-				Dial     string         `json:"dial"`
-				Capacity map[string]any `json:"capacity"`
-			} `json:"upstreams"`
-		} `json:"instances"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	for _, in := range st.Instances {
-		for _, u := range in.Upstreams {
-			if u.Dial == dial && u.Capacity != nil {
-				return u.Capacity
-			}
-		}
-	}
-	return nil
+	return upstreamField(t, admin, "capacity")[dial]
 }
 
 // waitEngine polls the admin API until ok accepts dial's engine stats.

@@ -3,6 +3,7 @@ package caddymodule_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 )
@@ -11,15 +12,25 @@ import (
 // a header_down of the reason placeholder.
 func postReason(t *testing.T, url string, body []byte) string {
 	t.Helper()
+	reason, _ := postRoute(t, url, body)
+	return reason
+}
+
+// postRoute posts body, reads the whole answer (a stream included, so
+// that whatever reads it has read it all), and returns the X-PC-Reason
+// and X-PC-Upstream response headers a site's header_down sets.
+func postRoute(t *testing.T, url string, body []byte) (reason, upstream string) {
+	t.Helper()
 	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST %s: status %d", url, resp.StatusCode)
 	}
-	return resp.Header.Get("X-PC-Reason")
+	return resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-PC-Upstream")
 }
 
 // A request that shares only a short preamble with what an upstream holds

@@ -3,7 +3,6 @@ package caddymodule_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,31 +16,7 @@ import (
 // upstream that has some.
 func answersOf(t *testing.T, admin string) map[string]map[string]any {
 	t.Helper()
-	resp, err := http.Get(admin + "/prefix_cache/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Instances []struct {
-			Upstreams []struct {
-				Dial    string         `json:"dial"`
-				Answers map[string]any `json:"answers"`
-			} `json:"upstreams"`
-		} `json:"instances"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]map[string]any{}
-	for _, in := range st.Instances {
-		for _, u := range in.Upstreams {
-			if u.Answers != nil {
-				out[u.Dial] = u.Answers
-			}
-		}
-	}
-	return out
+	return upstreamField(t, admin, "answers")
 }
 
 // withStream makes a chat body streaming, with or without the usage
@@ -77,18 +52,7 @@ func TestUsageReachesThePolicy(t *testing.T) {
 }
 `, port, strings.Join(fleet.Addrs(), " ")))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-	send := func(body []byte) {
-		t.Helper()
-		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-	}
+	send := func(body []byte) { t.Helper(); postRoute(t, url, body) }
 	const series = "caddy_prefix_cache_answer_tokens_total"
 	before := scrape(t, admin, series)
 	system := words("usage", 600)
@@ -236,19 +200,7 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 }
 `, port, tc.usage, strings.Join(fleet.Addrs(), " "), tc.uri))
 			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-			ask := func(body []byte) (reason, upstream string) {
-				t.Helper()
-				resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("status %d", resp.StatusCode)
-				}
-				return resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-PC-Upstream")
-			}
+			ask := func(body []byte) (string, string) { t.Helper(); return postRoute(t, url, body) }
 			// Older conversations, then the one whose answer will teach.
 			var older [][]byte
 			holders := map[string][]int{}
