@@ -221,21 +221,11 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 		case "sync_load":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			var on bool
-			switch d.Val() {
-			case "on":
-				on = true
-			case "off":
-			default:
-				return d.Errf("invalid sync_load '%s': must be on or off", d.Val())
+			on, err := onOff(d)
+			if err != nil {
+				return err
 			}
 			s.SyncLoad = &on
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 		case "sync_load_interval":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -311,27 +301,18 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-		case "queue", "capacity":
-			name := d.Val()
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+		case "queue":
+			on, err := onOff(d)
+			if err != nil {
+				return nil, err
 			}
-			var on bool
-			switch d.Val() {
-			case "on":
-				on = true
-			case "off":
-			default:
-				return nil, d.Errf("invalid %s '%s': must be on or off", name, d.Val())
+			m.Queue = &on
+		case "capacity":
+			on, err := onOff(d)
+			if err != nil {
+				return nil, err
 			}
-			if name == "queue" {
-				m.Queue = &on
-			} else {
-				m.Capacity = on
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
+			m.Capacity = on
 		case "bytes_per_token":
 			if !d.NextArg() {
 				return nil, d.ArgErr()
@@ -349,6 +330,26 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// onOff reads the current subdirective's one argument, on or off.
+func onOff(d *caddyfile.Dispenser) (bool, error) {
+	name := d.Val()
+	if !d.NextArg() {
+		return false, d.ArgErr()
+	}
+	var on bool
+	switch d.Val() {
+	case "on":
+		on = true
+	case "off":
+	default:
+		return false, d.Errf("invalid %s '%s': must be on or off", name, d.Val())
+	}
+	if d.NextArg() {
+		return false, d.ArgErr()
+	}
+	return on, nil
 }
 
 // positiveInt reads the subdirective's single argument into dst.
