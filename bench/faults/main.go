@@ -159,14 +159,7 @@ func reportMetrics(w io.Writer, results []Result) {
 	fmt.Fprintf(w, "| config | policy | engine_metrics | scrapes | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s |\n", phases, phases)
 	fmt.Fprintf(w, "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		var causes, p50, p99 []string
-		for c, n := range r.LostBy {
-			causes = append(causes, fmt.Sprintf("%s: %d", c, n))
-		}
-		for p := range phaseMetricsRecovered + 1 {
-			p50 = append(p50, r.PhaseP50[p].Round(100*time.Microsecond).String())
-			p99 = append(p99, r.PhaseP99[p].Round(100*time.Microsecond).String())
-		}
+		p50, p99 := phaseLatencies(r, phaseMetricsRecovered+1)
 		em := "off (control)"
 		if r.EngineMetrics {
 			em = "on"
@@ -176,8 +169,8 @@ func reportMetrics(w io.Writer, results []Result) {
 			scrapes += n
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %s | %d | %v | %s | %s |\n",
-			configLabel(r), r.Policy, em, scrapes, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "),
-			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), strings.Join(p50, " / "), strings.Join(p99, " / "))
+			configLabel(r), r.Policy, em, scrapes, r.Sent, r.OK, r.Lost, lostCauses(r),
+			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), p50, p99)
 	}
 }
 
@@ -189,21 +182,14 @@ func reportRedis(w io.Writer, results []Result) {
 	fmt.Fprintf(w, "| config | policy | edges | sync | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s |\n", phases, phases)
 	fmt.Fprintf(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		var causes, p50, p99 []string
-		for c, n := range r.LostBy {
-			causes = append(causes, fmt.Sprintf("%s: %d", c, n))
-		}
-		for p := range phaseRedisRestarted + 1 {
-			p50 = append(p50, r.PhaseP50[p].Round(100*time.Microsecond).String())
-			p99 = append(p99, r.PhaseP99[p].Round(100*time.Microsecond).String())
-		}
+		p50, p99 := phaseLatencies(r, phaseRedisRestarted+1)
 		sync := r.Sync
 		if sync == "" {
 			sync = "none (control)"
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %d | %d | %s | %d | %v | %s | %s |\n",
-			r.Config, r.Policy, r.Edges, sync, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "),
-			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), strings.Join(p50, " / "), strings.Join(p99, " / "))
+			r.Config, r.Policy, r.Edges, sync, r.Sent, r.OK, r.Lost, lostCauses(r),
+			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), p50, p99)
 	}
 }
 
@@ -213,17 +199,14 @@ func reportEngines(w io.Writer, results []Result) {
 	fmt.Fprintf(w, "| config | policy | sent | served | lost | lost by cause | lost by phase sent | held by the wedged engine | engine 0 served after restart | p50 | p99 |\n")
 	fmt.Fprintf(w, "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		var causes, phases []string
-		for c, n := range r.LostBy {
-			causes = append(causes, fmt.Sprintf("%s: %d", c, n))
-		}
+		var phases []string
 		for p, n := range r.LostIn {
 			if n > 0 {
 				phases = append(phases, fmt.Sprintf("%s: %d", phaseNames[p], n))
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s | %s | %d | %d | %v | %v |\n",
-			configLabel(r), r.Policy, r.Sent, r.OK, r.Lost, strings.Join(causes, ", "), strings.Join(phases, ", "),
+			configLabel(r), r.Policy, r.Sent, r.OK, r.Lost, lostCauses(r), strings.Join(phases, ", "),
 			r.Hung[1], r.Restarted, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 	}
 	fmt.Fprintf(w, "\nrequests reaching each engine, by phase (%s):\n", strings.Join(phaseNames, " / "))
@@ -247,4 +230,24 @@ func configLabel(r Result) string {
 		s += ", sync " + r.Sync
 	}
 	return s
+}
+
+// lostCauses lists a run's lost requests by cause.
+func lostCauses(r Result) string {
+	var causes []string
+	for c, n := range r.LostBy {
+		causes = append(causes, fmt.Sprintf("%s: %d", c, n))
+	}
+	return strings.Join(causes, ", ")
+}
+
+// phaseLatencies gives a run's p50 and p99 latencies of its first n
+// phases, separated by " / ".
+func phaseLatencies(r Result, n int) (p50, p99 string) {
+	var a, b []string
+	for p := range n {
+		a = append(a, r.PhaseP50[p].Round(100*time.Microsecond).String())
+		b = append(b, r.PhaseP99[p].Round(100*time.Microsecond).String())
+	}
+	return strings.Join(a, " / "), strings.Join(b, " / ")
 }
