@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // An upstream that never answered is not confirmed, even when another
@@ -59,7 +60,13 @@ http://127.0.0.1:%d {
 		if got := post(tt.port); got != tt.status {
 			t.Fatalf("%s: status %d, want %d", tt.name, got, tt.status)
 		}
+		// A request settles as its handler returns, which may be just
+		// after the client has read the whole response.
 		after := scrape(t, admin, "caddy_prefix_cache_settlements_total")
+		for deadline := time.Now().Add(5 * time.Second); after[confirmed]+after[unconfirmed] == before[confirmed]+before[unconfirmed] && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond) // polling the metrics, bounded by the deadline
+			after = scrape(t, admin, "caddy_prefix_cache_settlements_total")
+		}
 		if d := after[confirmed] - before[confirmed]; d != tt.confirmed {
 			t.Errorf("%s: confirmed settlements rose by %v, want %v", tt.name, d, tt.confirmed)
 		}
