@@ -41,8 +41,9 @@
 // vllm:prefix_cache_hits_total (in tokens), vllm:prompt_tokens_total,
 // vllm:generation_tokens_total, vllm:num_preemptions_total,
 // vllm:request_success_total{finished_reason}, and the histograms
-// vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds with
-// vLLM's buckets.
+// vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds and
+// vllm:request_prefill_time_seconds (first scheduled to first token, in
+// wall time, as the engine's step loop sleeps it) with vLLM's buckets.
 //
 // # Tokenizer and chat template
 //

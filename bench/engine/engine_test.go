@@ -592,12 +592,19 @@ func TestMetrics(t *testing.T) {
 		"vllm:generation_tokens_total":                         6,
 		"vllm:time_to_first_token_seconds_count":               2,
 		`vllm:time_to_first_token_seconds_bucket{le="+Inf"}`:   2,
+		"vllm:request_prefill_time_seconds_count":              2,
 		`vllm:request_success_total{finished_reason="length"}`: 2,
 	}
 	for name, want := range moved {
 		if got := after[name] - before[name]; got != want {
 			t.Errorf("%s moved by %v, want %v", name, got, want)
 		}
+	}
+	// A request's prefill runs from its first scheduling to its first
+	// token, within its time to first token.
+	prefill := after["vllm:request_prefill_time_seconds_sum"] - before["vllm:request_prefill_time_seconds_sum"]
+	if ttft := after["vllm:time_to_first_token_seconds_sum"] - before["vllm:time_to_first_token_seconds_sum"]; prefill < 0 || prefill > ttft {
+		t.Errorf("prefill time moved by %v, want from 0 to the time to first token's %v", prefill, ttft)
 	}
 	if after["vllm:num_requests_running"] != 0 || after["vllm:kv_cache_usage_perc"] != 0 {
 		t.Errorf("idle engine: running %v, usage %v, want 0", after["vllm:num_requests_running"], after["vllm:kv_cache_usage_perc"])

@@ -61,7 +61,7 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		waiting: len(e.sched.waiting),
 		usage:   e.usageLocked(),
 	}
-	s.c.ttft, s.c.e2e = s.c.ttft.clone(), s.c.e2e.clone()
+	s.c.ttft, s.c.e2e, s.c.prefill = s.c.ttft.clone(), s.c.e2e.clone(), s.c.prefill.clone()
 	e.mu.Unlock()
 
 	var b bytes.Buffer
@@ -88,6 +88,7 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "%s{%s,finished_reason=\"abort\"} %d\n", name, labels, s.c.aborted)
 	writeHistogram(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels, s.c.ttft)
 	writeHistogram(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", labels, s.c.e2e)
+	writeHistogram(&b, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", labels, s.c.prefill)
 
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write(b.Bytes())

@@ -37,6 +37,7 @@ type request struct {
 	numCached    int      // leading blocks registered in (or hit from) the cache
 	cachedTokens int      // prefix-cache hit when first scheduled
 	scheduled    bool     // scheduled at least once
+	scheduledAt  time.Time
 	firstToken   time.Time
 	aborted      bool   // the client went away; the loop drops it
 	finish       string // finish reason once done, "" while in progress
@@ -118,7 +119,7 @@ type counters struct {
 	preemptions, steps                              int64
 	busy                                            time.Duration
 	maxRunning, maxWaiting                          int
-	ttft, e2e                                       histogram
+	ttft, e2e, prefill                              histogram
 }
 
 func newScheduler(cfg Config) *scheduler {
@@ -126,8 +127,9 @@ func newScheduler(cfg Config) *scheduler {
 		cfg:  cfg,
 		pool: newBlockPool(cfg.KVBlocks),
 		c: counters{
-			ttft: newHistogram(ttftBuckets),
-			e2e:  newHistogram(e2eBuckets),
+			ttft:    newHistogram(ttftBuckets),
+			e2e:     newHistogram(e2eBuckets),
+			prefill: newHistogram(e2eBuckets),
 		},
 	}
 	if cfg.KVEvents {
@@ -224,6 +226,7 @@ func (s *scheduler) schedule() (batch []scheduled, prefill, decodes int) {
 		r.numCached = len(s.hits)
 		if !r.scheduled {
 			r.scheduled = true
+			r.scheduledAt = time.Now()
 			r.cachedTokens = hitTokens
 			s.c.promptTokens += int64(r.numPrompt)
 			s.c.cachedTokens += int64(hitTokens)
@@ -279,6 +282,8 @@ func (s *scheduler) update(batch []scheduled, now time.Time, d time.Duration) {
 		if r.numOutput == 1 {
 			r.firstToken = now
 			s.c.ttft.observe(now.Sub(r.arrival).Seconds())
+			// vLLM's prefill time: from first scheduled to first token.
+			s.c.prefill.observe(now.Sub(r.scheduledAt).Seconds())
 		}
 		switch {
 		case stop:
