@@ -173,9 +173,12 @@ type engineStats struct {
 	KVUsage  float64 `json:"kv_usage"`
 	// Others is the requests the engine had beyond this process's at
 	// the scrape; the bound counts them while Stale is false.
-	Others int    `json:"others_in_flight"`
-	Age    string `json:"age"`
-	Stale  bool   `json:"stale"`
+	Others int `json:"others_in_flight"`
+	// PrefillRate is the engine's prefill speed measured from its
+	// counters, in tokens per second; 0 until measured.
+	PrefillRate float64 `json:"prefill_tokens_per_second"`
+	Age         string  `json:"age"`
+	Stale       bool    `json:"stale"`
 }
 
 // capacityStats is, with engine_metrics' capacity on, an engine's KV
@@ -205,6 +208,7 @@ type engineMetricsStats struct {
 	Header        []string `json:"header,omitempty"`
 	Queue         bool     `json:"queue"`
 	Capacity      bool     `json:"capacity"`
+	Prefill       bool     `json:"prefill"`
 	BytesPerToken float64  `json:"bytes_per_token"`
 }
 
@@ -232,7 +236,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 		if m := s.EngineMetrics; m != nil {
 			is.EngineMetrics = &engineMetricsStats{
 				URI: m.URI, Port: m.Port, Interval: time.Duration(m.Interval).String(), Timeout: time.Duration(m.Timeout).String(),
-				Queue: *m.Queue, Capacity: m.Capacity, BytesPerToken: m.BytesPerToken,
+				Queue: *m.Queue, Capacity: m.Capacity, Prefill: m.Prefill, BytesPerToken: m.BytesPerToken,
 			}
 			for k := range m.Header {
 				is.EngineMetrics.Header = append(is.EngineMetrics.Header, k)
@@ -265,7 +269,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 					InFlightBytes: s.state.inflight.load(tab.ids[i]),
 				}
 				if s.nsPerByte > 0 {
-					us.PrefillBacklog = s.backlog(tab.ids[i], now)
+					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now)
 				}
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
 				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
@@ -284,7 +288,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 						age := time.Duration(now - e.at)
 						us.Engine = &engineStats{
 							Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
-							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others,
+							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others, PrefillRate: e.prefill.rate,
 							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
 						}
 					}

@@ -51,6 +51,7 @@ import (
 //			header   <field> <value>
 //			queue    on|off
 //			capacity on|off
+//			prefill  on|off
 //			bytes_per_token <bytes>
 //		}
 //	}
@@ -313,6 +314,12 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 				return nil, err
 			}
 			m.Capacity = on
+		case "prefill":
+			on, err := onOff(d)
+			if err != nil {
+				return nil, err
+			}
+			m.Prefill = on
 		case "bytes_per_token":
 			if !d.NextArg() {
 				return nil, d.ArgErr()

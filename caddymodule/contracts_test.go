@@ -97,7 +97,8 @@ func TestIncrementalUploadIsStreamed(t *testing.T) {
 func TestInvalidValuesRefusedAtLoad(t *testing.T) {
 	for _, opt := range []string{"forget_after 1ns", "forget_after 99ms", "forget_after 200000h", "max_body 0", "body_budget 2TiB", "tenant_share 1.5", "allow_empty_tenant",
 		"engine_metrics {\n\t\t\t\tinterval 1s\n\t\t\t\ttimeout 2s\n\t\t\t}", "engine_metrics {\n\t\t\t\tinterval 1ms\n\t\t\t}",
-		"engine_metrics http://elsewhere.example/metrics", "sync_load_interval 1ms", "sync_load_interval 1m", "engine_metrics {\n\t\t\t\tport 70000\n\t\t\t}"} {
+		"engine_metrics http://elsewhere.example/metrics", "sync_load_interval 1ms", "sync_load_interval 1m", "engine_metrics {\n\t\t\t\tport 70000\n\t\t\t}",
+		"prefill_rate off\n\t\t\tengine_metrics {\n\t\t\t\tprefill on\n\t\t\t}", "engine_metrics {\n\t\t\t\tprefill maybe\n\t\t\t}"} {
 		cfg := fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy 127.0.0.1:1 {\n\t\tlb_policy prefix_cache {\n\t\t\t%s\n\t\t}\n\t}\n}\n", freePort(t), opt)
 		cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), map[string]any{"filename": "Caddyfile"})
 		if err == nil {

@@ -246,22 +246,23 @@ type PrefixCacheSelection struct {
 	// counts for five of these. Default: `100ms`.
 	SyncLoadInterval caddy.Duration `json:"sync_load_interval,omitempty"`
 
-	fallback     reverseproxy.Selector
-	fallbackName string
-	chunker      prefixindex.Chunker
-	policy       selection.Policy
-	nsPerByte    float64 // 1s / prefill_rate; 0 when prefill_rate is off
-	state        *sharedState
-	sync         *syncState // nil without sync
-	scraper      *scraper   // nil without engine_metrics
-	engineQueue  bool       // engine_metrics' queue: engines' queues join the bound
-	engineStale  time.Duration
-	reuse        handlerReuse // when a retry may ask for a sent body again
-	staticDials  []string     // the handler's static upstreams, for the janitor
-	id           uint64       // the admin API's instance number
-	lastPool     atomic.Pointer[reverseproxy.UpstreamPool]
-	upstreams    upstreamCache
-	logger       *zap.Logger
+	fallback      reverseproxy.Selector
+	fallbackName  string
+	chunker       prefixindex.Chunker
+	policy        selection.Policy
+	nsPerByte     float64 // 1s / prefill_rate; 0 when prefill_rate is off
+	state         *sharedState
+	sync          *syncState // nil without sync
+	scraper       *scraper   // nil without engine_metrics
+	engineQueue   bool       // engine_metrics' queue: engines' queues join the bound
+	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
+	engineStale   time.Duration
+	reuse         handlerReuse // when a retry may ask for a sent body again
+	staticDials   []string     // the handler's static upstreams, for the janitor
+	id            uint64       // the admin API's instance number
+	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
+	upstreams     upstreamCache
+	logger        *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -376,6 +377,7 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if m := s.EngineMetrics; m != nil {
 		s.scraper = newScraper(ctx, m, s.logger)
 		s.engineQueue = *m.Queue
+		s.enginePrefill = m.Prefill && s.nsPerByte > 0
 		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
 	}
 	s.reuse = handlerReuseOf(ctx)
@@ -447,6 +449,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
 		zap.Bool("engine_queue", s.engineQueue),
+		zap.Bool("engine_prefill", s.enginePrefill),
 		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
 		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
@@ -497,6 +500,9 @@ func (s *PrefixCacheSelection) Validate() error {
 	if s.EngineMetrics != nil {
 		if err := s.EngineMetrics.validate(); err != nil {
 			return err
+		}
+		if s.EngineMetrics.Prefill && s.PrefillRate != nil && *s.PrefillRate == 0 {
+			return fmt.Errorf("engine_metrics: prefill measures what prefill_rate estimates; it needs prefill_rate, which is off")
 		}
 	}
 	// The remaining rules, load_factor and cold_load_factor, are the
@@ -572,7 +578,8 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
 	if s.nsPerByte > 0 {
-		s.state.prefill.add(d.id, time.Now().UnixNano(), uncached, s.nsPerByte)
+		now := time.Now().UnixNano()
+		s.state.prefill.add(d.id, now, uncached, s.prefillNs(d.id, d.chosen, now))
 	}
 	metrics.selected(d)
 	setPlaceholders(r, d)
@@ -702,7 +709,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		sc.cands[j].Load = u.NumRequests() + remoteReq
 		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
 		if s.nsPerByte > 0 {
-			sc.cands[j].Backlog = s.backlog(id, nowNS)
+			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS)
 		}
 	}
 
@@ -741,10 +748,25 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}, true
 }
 
-// backlog is the prefill queued at id at time now, as cold placement
-// reads it: the fluid estimate, capped by the uncached bytes in flight.
-func (s *PrefixCacheSelection) backlog(id prefixindex.ID, now int64) int64 {
-	return min(s.state.prefill.load(id, now, s.nsPerByte), s.state.uncached.load(id))
+// backlog is the prefill queued at id, the upstream at dial, at time
+// now, as cold placement reads it: the fluid estimate, capped by the
+// uncached bytes in flight.
+func (s *PrefixCacheSelection) backlog(id prefixindex.ID, dial string, now int64) int64 {
+	return min(s.state.prefill.load(id, now, s.prefillNs(id, dial, now)), s.state.uncached.load(id))
+}
+
+// prefillNs is the nanoseconds per byte of routing text id, the upstream
+// at dial, prefills at: its engine's measured speed with engine_metrics'
+// prefill while its scrapes are fresh, else prefill_rate's.
+func (s *PrefixCacheSelection) prefillNs(id prefixindex.ID, dial string, now int64) float64 {
+	if s.enginePrefill {
+		if t := s.state.engines.Load(); t != nil {
+			if ns, ok := t.prefillNsPerByte(id, dial, now, s.engineStale, s.EngineMetrics.BytesPerToken); ok {
+				return ns
+			}
+		}
+	}
+	return s.nsPerByte
 }
 
 // staticDialsOf returns the Dials of the static upstreams of the nearest

@@ -45,11 +45,12 @@ KNOBS=(
 	# engine_metrics' signals (off by default), each alone: the engines'
 	# KV capacity as they publish it, the same corrected by their answers
 	# (prefix_cache_usage in front of the proxy, -usage, for every policy
-	# of the run), and their queues. The driver scales the default 1 s
+	# of the run), their queues, and their measured prefill speeds. The driver scales the default 1 s
 	# scrape interval by the time scale, as it does prefill_rate.
 	"engine_capacity|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"capacity\":|true|}}"
 	"engine_capacity_answers|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"capacity\":|true|}}|-usage"
 	"engine_queue|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":|true|}}"
+	"engine_prefill|prefix_cache|{$PC_BASE,\"engine_metrics\":{\"queue\":false,\"prefill\":|true|}}"
 )
 if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"

@@ -13,6 +13,22 @@
 //	TGI        tgi_batch_current_size, tgi_queue_size                   -                                          -
 //	llama.cpp  llamacpp:requests_processing, llamacpp:requests_deferred -                                          llamacpp:kv_cache_usage_ratio
 //
+// and how fast each prefills, as two counters whose ratio over a window
+// is the rate: the prompt tokens it computed (not read from its prefix
+// cache) and the seconds it spent computing them.
+//
+//	engine     prefill tokens computed                                  prefill seconds
+//	vLLM       vllm:prompt_tokens_total - vllm:prefix_cache_hits_total  vllm:request_prefill_time_seconds (histogram sum)
+//	SGLang     sglang:realtime_tokens_total{mode="prefill_compute"}     sglang:forward_execution_seconds_total{category="extend"}
+//	llama.cpp  llamacpp:prompt_tokens_total                             llamacpp:prompt_seconds_total
+//
+// vLLM's seconds are each request's time in its prefill phase, summed
+// over requests: requests prefilled in the same steps count the same
+// time each, so the rate is a request's prefill speed, below the
+// engine's throughput when several prefill at once. SGLang's are the
+// GPU's time in prefill (extend) batches, published only with
+// SGLANG_ENABLE_METRICS_DEVICE_TIMER=1; TGI publishes neither.
+//
 // Sources: vLLM's vllm/v1/metrics/loggers.py (PrometheusStatLogger, whose
 // cache_config_info carries CacheConfig.metrics_info as labels), SGLang's
 // python/sglang/srt/metrics/collector.py, TGI's metrics reference
@@ -70,6 +86,10 @@ type Sample struct {
 	KVTokens float64
 	// KVUsage is the share of the KV cache in use, from 0 to 1.
 	KVUsage float64
+	// PrefillTokens and PrefillSeconds are counters, since the engine
+	// started: the prompt tokens it computed, and the seconds it spent
+	// computing them. -1 unless the engine publishes both.
+	PrefillTokens, PrefillSeconds float64
 }
 
 // Queue is the engine's requests in flight, running and waiting, or -1
@@ -88,8 +108,9 @@ var ErrUnknownEngine = errors.New("no metric of a known engine")
 // What a value may be, whatever an endpoint sends: counts and
 // capacities far beyond any engine's, never negative, NaN or infinite.
 const (
-	maxCount  = 1 << 24 // requests
-	maxTokens = 1 << 40 // tokens of KV cache
+	maxCount   = 1 << 24 // requests
+	maxTokens  = 1 << 40 // tokens of KV cache, or counted since a start
+	maxSeconds = 1 << 40
 )
 
 // family says where one metric family goes in a Sample.
@@ -106,19 +127,32 @@ const (
 	kvTokens
 	kvUsage
 	cacheConfig // vLLM's info gauge: capacity in its labels
+	promptTokens
+	cachedTokens
+	prefillTokens  // of the series labelled as the family's label says
+	prefillSeconds // a counter, or a histogram's sum
 )
 
 var families = map[string]family{
-	"vllm:num_requests_running": {VLLM, running},
-	"vllm:num_requests_waiting": {VLLM, waiting},
-	"vllm:cache_config_info":    {VLLM, cacheConfig},
-	"vllm:kv_cache_usage_perc":  {VLLM, kvUsage},
-	"vllm:gpu_cache_usage_perc": {VLLM, kvUsage},
+	"vllm:num_requests_running":         {VLLM, running},
+	"vllm:num_requests_waiting":         {VLLM, waiting},
+	"vllm:cache_config_info":            {VLLM, cacheConfig},
+	"vllm:kv_cache_usage_perc":          {VLLM, kvUsage},
+	"vllm:gpu_cache_usage_perc":         {VLLM, kvUsage},
+	"vllm:prompt_tokens_total":          {VLLM, promptTokens},
+	"vllm:prefix_cache_hits_total":      {VLLM, cachedTokens},
+	"vllm:gpu_prefix_cache_hits_total":  {VLLM, cachedTokens},
+	"vllm:request_prefill_time_seconds": {VLLM, prefillSeconds},
+	// Its sum line, read alone: the only line of the histogram kept for
+	// the parser, and a family of its own where no # TYPE names it.
+	"vllm:request_prefill_time_seconds_sum": {VLLM, prefillSeconds},
 
-	"sglang:num_running_reqs":     {SGLang, running},
-	"sglang:num_queue_reqs":       {SGLang, waiting},
-	"sglang:max_total_num_tokens": {SGLang, kvTokens},
-	"sglang:token_usage":          {SGLang, kvUsage},
+	"sglang:num_running_reqs":                {SGLang, running},
+	"sglang:num_queue_reqs":                  {SGLang, waiting},
+	"sglang:max_total_num_tokens":            {SGLang, kvTokens},
+	"sglang:token_usage":                     {SGLang, kvUsage},
+	"sglang:realtime_tokens_total":           {SGLang, prefillTokens},
+	"sglang:forward_execution_seconds_total": {SGLang, prefillSeconds},
 
 	"tgi_batch_current_size": {TGI, running},
 	"tgi_queue_size":         {TGI, waiting},
@@ -126,6 +160,15 @@ var families = map[string]family{
 	"llamacpp:requests_processing":  {LlamaCpp, running},
 	"llamacpp:requests_deferred":    {LlamaCpp, waiting},
 	"llamacpp:kv_cache_usage_ratio": {LlamaCpp, kvUsage},
+	"llamacpp:prompt_tokens_total":  {LlamaCpp, prefillTokens},
+	"llamacpp:prompt_seconds_total": {LlamaCpp, prefillSeconds},
+}
+
+// series selects, of a family in families, the series that count when
+// only some do: a label's name and value.
+var series = map[string][2]string{
+	"sglang:realtime_tokens_total":           {"mode", "prefill_compute"},
+	"sglang:forward_execution_seconds_total": {"category", "extend"},
 }
 
 // Parse reads one scrape, in the format its response header names (the
@@ -144,7 +187,7 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 			s, err = Sample{}, fmt.Errorf("parsing metrics: parser failed: %v", p)
 		}
 	}()
-	s = Sample{Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1}
+	s = Sample{Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}
 	format := expfmt.ResponseFormat(header)
 	if t := format.FormatType(); t == expfmt.TypeUnknown || t == expfmt.TypeTextPlain {
 		// The text format's lines stand alone: only the few of the
@@ -167,6 +210,11 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 	for i := range by {
 		by[i] = s
 	}
+	// vLLM's computed tokens are its prompt tokens less its cache hits.
+	var prompt, cached [len(engineNames)]float64
+	for i := range prompt {
+		prompt[i], cached[i] = -1, -1
+	}
 	var mf dto.MetricFamily
 	for {
 		mf.Reset()
@@ -186,16 +234,27 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 		seen[f.engine]++
 		switch f.field {
 		case running:
-			e.Running = sum(&mf, maxCount)
+			e.Running = total(&mf, maxCount, false)
 		case waiting:
-			e.Waiting = sum(&mf, maxCount)
+			e.Waiting = total(&mf, maxCount, false)
 		case kvTokens:
-			e.KVTokens = sum(&mf, maxTokens)
+			e.KVTokens = total(&mf, maxTokens, false)
 		case kvUsage:
 			e.KVUsage = usage(&mf)
 		case cacheConfig:
 			e.KVTokens = cacheTokens(&mf)
+		case promptTokens:
+			prompt[f.engine] = total(&mf, maxTokens, false)
+		case cachedTokens:
+			cached[f.engine] = total(&mf, maxTokens, false)
+		case prefillTokens:
+			e.PrefillTokens = total(&mf, maxTokens, false)
+		case prefillSeconds:
+			e.PrefillSeconds = total(&mf, maxSeconds, true)
 		}
+	}
+	if p, c := prompt[VLLM], cached[VLLM]; p >= 0 && c >= 0 {
+		by[VLLM].PrefillTokens = max(p-c, 0)
 	}
 	best := Unknown
 	for e := range by {
@@ -206,7 +265,11 @@ func Parse(body io.Reader, header http.Header) (s Sample, err error) {
 	if best == Unknown {
 		return Sample{}, ErrUnknownEngine
 	}
-	return by[best], nil
+	s = by[best]
+	if s.PrefillTokens < 0 || s.PrefillSeconds < 0 {
+		s.PrefillTokens, s.PrefillSeconds = -1, -1
+	}
+	return s, nil
 }
 
 // Bounds of keepLines: far beyond any engine's output of the families
@@ -286,22 +349,40 @@ func known(b []byte) bool {
 	return ok
 }
 
-// sum adds up the family's gauge (or untyped) values, each clamped to
-// [0, limit]; -1 when it has none.
-func sum(mf *dto.MetricFamily, limit float64) float64 {
-	total, n := 0.0, 0
+// total adds up the gauge's (or counter's, or untyped) values of the
+// series that count (series), or with sums the histogram's sums,
+// each clamped to [0, limit]; -1 when it has none.
+func total(mf *dto.MetricFamily, limit float64, sums bool) float64 {
+	sel, selected := series[mf.GetName()]
+	sum, n := 0.0, 0
 	for _, m := range mf.GetMetric() {
+		if selected && !hasLabel(m, sel[0], sel[1]) {
+			continue
+		}
 		v, ok := value(m)
+		if h := m.GetHistogram(); h != nil && sums {
+			v, ok = h.GetSampleSum(), !math.IsNaN(h.GetSampleSum()) && !math.IsInf(h.GetSampleSum(), 0)
+		}
 		if !ok {
 			continue
 		}
-		total += min(max(v, 0), limit)
+		sum += min(max(v, 0), limit)
 		n++
 	}
 	if n == 0 {
 		return -1
 	}
-	return min(total, limit)
+	return min(sum, limit)
+}
+
+// hasLabel reports whether m has the label name with value.
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue() == value
+		}
+	}
+	return false
 }
 
 // usage is the family's highest value in [0, 1]: of several ranks, the

@@ -24,6 +24,15 @@ vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct
 # HELP vllm:prompt_tokens_total Number of prefill tokens processed.
 # TYPE vllm:prompt_tokens_total counter
 vllm:prompt_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 81234.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 61234.0
+# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase for request.
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.5
+vllm:request_prefill_time_seconds_bucket{engine="0",le="0.3",model_name="meta-llama/Llama-3.1-8B-Instruct"} 10.0
+vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12.0
+vllm:request_prefill_time_seconds_count{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12.0
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
@@ -78,6 +87,21 @@ sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.28
 sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0075
 `
 
+// sglangTimed is SGLang with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1: the
+// GPU's time per kind of batch, and the tokens per mode, per rank.
+const sglangTimed = sglang + `# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval). mode: prefill_compute, prefill_cache, decode.
+# TYPE sglang:realtime_tokens_total counter
+sglang:realtime_tokens_total{dp_rank="0",mode="prefill_compute",model_name="m"} 971400.0
+sglang:realtime_tokens_total{dp_rank="0",mode="prefill_cache",model_name="m"} 3829888.0
+sglang:realtime_tokens_total{dp_rank="0",mode="decode",model_name="m"} 156755.0
+sglang:realtime_tokens_total{dp_rank="1",mode="prefill_compute",model_name="m"} 28600.0
+# HELP sglang:forward_execution_seconds_total Total time that GPU is busy executing model forward passes. Refer to ForwardMode for category labels.
+# TYPE sglang:forward_execution_seconds_total counter
+sglang:forward_execution_seconds_total{category="extend",dp_rank="0",model_name="m"} 80.0
+sglang:forward_execution_seconds_total{category="decode",dp_rank="0",model_name="m"} 600.0
+sglang:forward_execution_seconds_total{category="extend",dp_rank="1",model_name="m"} 20.0
+`
+
 // tgi is as TGI's router writes it (metrics-exporter-prometheus): no
 // HELP lines, gauges without labels.
 const tgi = `# TYPE tgi_queue_size gauge
@@ -93,6 +117,9 @@ tgi_request_count 4411
 const llamacpp = `# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
 llamacpp:prompt_tokens_total 33065
+# HELP llamacpp:prompt_seconds_total Prompt process time
+# TYPE llamacpp:prompt_seconds_total counter
+llamacpp:prompt_seconds_total 12.5
 # HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
 # TYPE llamacpp:kv_cache_usage_ratio gauge
 llamacpp:kv_cache_usage_ratio 0.63
@@ -110,22 +137,27 @@ func TestParse(t *testing.T) {
 		body string
 		want Sample
 	}{
-		{"vllm v1", vllmV1, Sample{Engine: VLLM, Running: 3, Waiting: 2, KVTokens: 27719 * 16, KVUsage: 0.4375}},
-		{"vllm data parallel", vllmDP2, Sample{Engine: VLLM, Running: 5, Waiting: 6, KVTokens: 32000, KVUsage: 0.9}},
-		{"vllm v0, cache not sized", vllmV0, Sample{Engine: VLLM, Running: 1, Waiting: 0, KVTokens: -1, KVUsage: 0.05}},
-		{"sglang", sglang, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28}},
-		{"tgi", tgi, Sample{Engine: TGI, Running: 8, Waiting: 5, KVTokens: -1, KVUsage: -1}},
-		{"llama.cpp", llamacpp, Sample{Engine: LlamaCpp, Running: 2, Waiting: 1, KVTokens: -1, KVUsage: 0.63}},
-		{"only waiting", "vllm:num_requests_waiting 4\n", Sample{Engine: VLLM, Running: -1, Waiting: 4, KVTokens: -1, KVUsage: -1}},
+		{"vllm v1", vllmV1, Sample{Engine: VLLM, Running: 3, Waiting: 2, KVTokens: 27719 * 16, KVUsage: 0.4375, PrefillTokens: 81234 - 61234, PrefillSeconds: 2.5}},
+		{"vllm data parallel", vllmDP2, Sample{Engine: VLLM, Running: 5, Waiting: 6, KVTokens: 32000, KVUsage: 0.9, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"vllm v0, cache not sized", vllmV0, Sample{Engine: VLLM, Running: 1, Waiting: 0, KVTokens: -1, KVUsage: 0.05, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"sglang", sglang, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"tgi", tgi, Sample{Engine: TGI, Running: 8, Waiting: 5, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"llama.cpp", llamacpp, Sample{Engine: LlamaCpp, Running: 2, Waiting: 1, KVTokens: -1, KVUsage: 0.63, PrefillTokens: 33065, PrefillSeconds: 12.5}},
+		{"sglang with device timers", sglangTimed, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28, PrefillTokens: 971400 + 28600, PrefillSeconds: 80 + 20}},
+		{"vllm prefill sum with no # TYPE", "vllm:prompt_tokens_total 900\nvllm:prefix_cache_hits_total 100\nvllm:request_prefill_time_seconds_sum 2\n",
+			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1, PrefillTokens: 800, PrefillSeconds: 2}},
+		{"prefill tokens without seconds are neither", "vllm:prompt_tokens_total 900\nvllm:prefix_cache_hits_total 100\n",
+			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"only waiting", "vllm:num_requests_waiting 4\n", Sample{Engine: VLLM, Running: -1, Waiting: 4, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
 		{"negative and NaN are not load", "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} -3\nvllm:num_requests_running{engine=\"1\"} NaN\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting +Inf\n",
-			Sample{Engine: VLLM, Running: 0, Waiting: -1, KVTokens: -1, KVUsage: -1}},
+			Sample{Engine: VLLM, Running: 0, Waiting: -1, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
 		{"absurd values are clamped", "vllm:num_requests_waiting 1e300\nvllm:kv_cache_usage_perc 7\n",
-			Sample{Engine: VLLM, Running: -1, Waiting: maxCount, KVTokens: -1, KVUsage: 1}},
+			Sample{Engine: VLLM, Running: -1, Waiting: maxCount, KVTokens: -1, KVUsage: 1, PrefillTokens: -1, PrefillSeconds: -1}},
 		{"absurd capacity is clamped", "vllm:cache_config_info{block_size=\"1099511627775\",num_gpu_blocks=\"1099511627775\"} 1\n",
-			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: maxTokens, KVUsage: -1}},
+			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: maxTokens, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
 		{"a type that holds no value", "# TYPE vllm:num_requests_waiting histogram\nvllm:num_requests_waiting 3\n",
-			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1}},
-		{"the engine with the most families decides", tgi + sglang, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28}},
+			Sample{Engine: VLLM, Running: -1, Waiting: -1, KVTokens: -1, KVUsage: -1, PrefillTokens: -1, PrefillSeconds: -1}},
+		{"the engine with the most families decides", tgi + sglang, Sample{Engine: SGLang, Running: 7, Waiting: 11, KVTokens: 161721, KVUsage: 0.28, PrefillTokens: -1, PrefillSeconds: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse(strings.NewReader(tc.body), http.Header{"Content-Type": {"text/plain; version=0.0.4; charset=utf-8"}})
