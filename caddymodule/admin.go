@@ -288,7 +288,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 						age := time.Duration(now - e.at)
 						us.Engine = &engineStats{
 							Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
-							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others, PrefillRate: e.prefill.rate,
+							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others, PrefillRate: e.prefill.Rate(),
 							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
 						}
 					}

@@ -186,52 +186,7 @@ type engineSample struct {
 	// flight to it at the scrape: other edges' and other clients'.
 	others int
 	// prefill is the engine's measured prefill speed.
-	prefill prefillMeter
-}
-
-// prefillMeter measures an engine's prefill speed from its two counters,
-// prompt tokens computed and seconds spent prefilling: their ratio over
-// a window that ends once it has seen minPrefillTokens computed, smoothed
-// over windows.
-type prefillMeter struct {
-	tokens, seconds float64 // the counters where the current window began
-	rate            float64 // tokens per second; 0 until a window ends
-}
-
-// Bounds of a measured prefill speed.
-const (
-	// minPrefillTokens is the evidence of one window: a step's token
-	// budget or two of vLLM's and SGLang's, so that one short prompt's
-	// timing does not set the rate.
-	minPrefillTokens = 16384
-	// prefillSmoothing is the weight of a window's rate in the rate.
-	prefillSmoothing = 0.25
-	// Rates beyond these are not an engine's: a counter reset or a lie.
-	minPrefillRate, maxPrefillRate = 16, 1e8 // tokens per second
-)
-
-// next is the meter after a scrape that read the counters tokens and
-// seconds (-1 when the engine publishes them not).
-func (m prefillMeter) next(tokens, seconds float64) prefillMeter {
-	switch {
-	case tokens < 0 || seconds < 0:
-		return prefillMeter{tokens: -1, seconds: -1, rate: m.rate}
-	case m.tokens < 0 || tokens < m.tokens || seconds < m.seconds:
-		// The first reading, or the engine restarted: a new window.
-		return prefillMeter{tokens: tokens, seconds: seconds, rate: m.rate}
-	}
-	dt, ds := tokens-m.tokens, seconds-m.seconds
-	if dt < minPrefillTokens || ds <= 0 {
-		return m
-	}
-	r := dt / ds
-	if r < minPrefillRate || r > maxPrefillRate {
-		return prefillMeter{tokens: tokens, seconds: seconds, rate: m.rate}
-	}
-	if m.rate > 0 {
-		r = m.rate + prefillSmoothing*(r-m.rate)
-	}
-	return prefillMeter{tokens: tokens, seconds: seconds, rate: r}
+	prefill enginemetrics.PrefillMeter
 }
 
 // engineTable holds, per upstream ID of one index, its latest sample.
@@ -254,10 +209,10 @@ func (st *sharedState) engineTable() *engineTable {
 // with a measured rate, for bytesPerToken bytes a token.
 func (t *engineTable) prefillNsPerByte(id prefixindex.ID, dial string, now int64, stale time.Duration, bytesPerToken float64) (float64, bool) {
 	e := t.samples[id].Load()
-	if e == nil || e.dial != dial || now-e.at > int64(stale) || e.prefill.rate <= 0 {
+	if e == nil || e.dial != dial || now-e.at > int64(stale) || e.prefill.Rate() <= 0 {
 		return 0, false
 	}
-	return 1e9 / (e.prefill.rate * bytesPerToken), true
+	return 1e9 / (e.prefill.Rate() * bytesPerToken), true
 }
 
 // engineOthers is what id's engine has in flight beyond this process's
@@ -482,11 +437,10 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *e
 	if q := sample.Queue(); q >= 0 {
 		e.others = max(0, int(math.Round(q))-u.NumRequests())
 	}
-	meter := prefillMeter{tokens: -1, seconds: -1}
 	if prev := table.samples[id].Load(); prev != nil && prev.dial == u.Dial {
-		meter = prev.prefill
+		e.prefill = prev.prefill
 	}
-	e.prefill = meter.next(sample.PrefillTokens, sample.PrefillSeconds)
+	e.prefill = e.prefill.Next(sample)
 	table.samples[id].Store(e)
 	if sc.cfg.Capacity && sample.KVTokens > 0 {
 		chunks := sample.KVTokens * sc.cfg.BytesPerToken / float64(s.ChunkSize)
