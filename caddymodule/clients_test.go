@@ -75,13 +75,7 @@ type clientTurn struct {
 func TestClients(t *testing.T) {
 	dir := clientsDir(t)
 
-	cfg := engine.DefaultConfig()
-	cfg.TimeScale = 0
-	fleet, err := engine.StartFleet(4, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fleet.Close)
+	fleet, cfg := startSimulatedFleet(t, 4, 0)
 	addrs := fleet.Addrs()
 
 	port := freePort(t)

@@ -135,6 +135,24 @@ func capacityOf(t *testing.T, admin, dial string) map[string]any {
 	return upstreamField(t, admin, "capacity")[dial]
 }
 
+// startSimulatedFleet starts n of the benchmark's simulated vLLM engines,
+// answering at once (time scale 0), with kvBlocks blocks of KV cache each
+// (0: the default), closed when the test ends. It returns their config.
+func startSimulatedFleet(t *testing.T, n, kvBlocks int) (*engine.Fleet, engine.Config) {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.TimeScale = 0
+	if kvBlocks > 0 {
+		cfg.KVBlocks = kvBlocks
+	}
+	fleet, err := engine.StartFleet(n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fleet.Close)
+	return fleet, cfg
+}
+
 // waitEngine polls the admin API until ok accepts dial's engine stats.
 func waitEngine(t *testing.T, admin, dial string, ok func(map[string]any) bool, why string) map[string]any {
 	t.Helper()
@@ -279,13 +297,7 @@ func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
 // The benchmark's simulated vLLM engine is scraped as a vLLM engine:
 // its queue and the KV capacity of vllm:cache_config_info.
 func TestEngineMetricsOfTheSimulatedVLLM(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.TimeScale = 0
-	fleet, err := engine.StartFleet(2, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fleet.Close)
+	fleet, cfg := startSimulatedFleet(t, 2, 0)
 	port := freePort(t)
 	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	reverse_proxy %s {
@@ -371,14 +383,7 @@ func TestEngineCapacityForgetsWhatTheEngineEvicted(t *testing.T) {
 		{"capacity off", "capacity off", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := engine.DefaultConfig()
-			cfg.TimeScale = 0
-			cfg.KVBlocks = 128 // 2,048 tokens: 8 KiB of text, 32 chunks
-			fleet, err := engine.StartFleet(2, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(fleet.Close)
+			fleet, _ := startSimulatedFleet(t, 2, 128) // 2,048 tokens: 8 KiB of text, 32 chunks
 			port := freePort(t)
 			admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	reverse_proxy %s {

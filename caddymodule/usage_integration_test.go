@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/prefixcache/caddy-prefixcache/bench/engine"
 )
 
 // answersOf returns the answer stats the admin API shows for each
@@ -36,13 +34,7 @@ func withStream(body []byte, includeUsage bool) []byte {
 // predicted it, and the fleet's real hit rate is on Caddy's /metrics. A
 // stream without the usage chunk teaches nothing.
 func TestUsageReachesThePolicy(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.TimeScale = 0
-	fleet, err := engine.StartFleet(2, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fleet.Close)
+	fleet, _ := startSimulatedFleet(t, 2, 0)
 	port := freePort(t)
 	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	prefix_cache_usage
@@ -173,14 +165,7 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 		{"none published, with prefix_cache_usage", "prefix_cache_usage", "/no-metrics-here", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := engine.DefaultConfig()
-			cfg.TimeScale = 0
-			cfg.KVBlocks = 1024 // 16,384 tokens
-			fleet, err := engine.StartFleet(2, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(fleet.Close)
+			fleet, _ := startSimulatedFleet(t, 2, 1024) // 16,384 tokens
 			port := freePort(t)
 			admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	%s
