@@ -29,25 +29,13 @@ func init() {
 	}
 }
 
-// scalePeerTimes sets the time_scale of every timed peer selection policy
-// under v that does not set one, so that the peers' periods and lifetimes
+// scalePeerTime sets the time_scale of p, the object of the selection
+// policy name, when it is a timed peer that does not set one, so that the peers' periods and lifetimes
 // (SGLang's eviction interval, llm-d's metrics refresh, Dynamo's
 // approximate TTL, the vLLM stack's request-rate window) run in the
 // engines' simulated time, as prefix_cache's prefill_rate does.
-func scalePeerTimes(v any, timeScale float64) {
-	switch v := v.(type) {
-	case map[string]any:
-		if name, ok := v["policy"].(string); ok && timedPeers[name] {
-			if _, set := v["time_scale"]; !set {
-				v["time_scale"] = timeScale
-			}
-		}
-		for _, c := range v {
-			scalePeerTimes(c, timeScale)
-		}
-	case []any:
-		for _, c := range v {
-			scalePeerTimes(c, timeScale)
-		}
+func scalePeerTime(name string, p map[string]any, timeScale float64) {
+	if _, set := p["time_scale"]; timedPeers[name] && !set {
+		p["time_scale"] = timeScale
 	}
 }

@@ -108,10 +108,12 @@ func AdaptCaddyfile(caddyfile []byte, vars map[string]string, p Policy, timeScal
 	if n == 0 {
 		return nil, errors.New("the Caddyfile has no reverse_proxy handler")
 	}
-	scalePrefillRates(cfg, timeScale)
-	scaleEngineMetrics(cfg, timeScale)
-	scaleSyncLoad(cfg, timeScale)
-	scalePeerTimes(cfg, timeScale)
+	eachPolicy(cfg, func(name string, policy map[string]any) {
+		if name == "prefix_cache" {
+			scaleTimes(policy, timeScale)
+		}
+		scalePeerTime(name, policy, timeScale)
+	})
 	if p.Usage {
 		insertUsage(cfg)
 	}
@@ -167,72 +169,50 @@ func patchProxies(v any, policy any) int {
 	return n
 }
 
-// scalePrefillRates divides the prefill_rate of every prefix_cache
-// selection policy under v by timeScale, filling in the default first.
-func scalePrefillRates(v any, timeScale float64) {
+// eachPolicy calls f on every selection policy's object under v (any
+// object with a "policy" name), then walks on into it.
+func eachPolicy(v any, f func(name string, p map[string]any)) {
 	switch v := v.(type) {
 	case map[string]any:
-		if v["policy"] == "prefix_cache" {
-			rate := float64(caddymodule.DefaultPrefillRate)
-			if r, ok := v["prefill_rate"].(float64); ok {
-				rate = r
-			}
-			v["prefill_rate"] = int64(math.Round(rate / timeScale))
+		if name, ok := v["policy"].(string); ok {
+			f(name, v)
 		}
 		for _, c := range v {
-			scalePrefillRates(c, timeScale)
+			eachPolicy(c, f)
 		}
 	case []any:
 		for _, c := range v {
-			scalePrefillRates(c, timeScale)
+			eachPolicy(c, f)
 		}
 	}
 }
 
-// scaleEngineMetrics multiplies the scrape interval and timeout of every
-// prefix_cache selection policy's engine_metrics under v by timeScale,
-// filling in the defaults first (and keeping the interval at least
-// 10 ms), so that the engines are scraped as often, in their simulated
-// time, as a real deployment scrapes real engines.
-func scaleEngineMetrics(v any, timeScale float64) {
-	switch v := v.(type) {
-	case map[string]any:
-		if m, ok := v["engine_metrics"].(map[string]any); ok && v["policy"] == "prefix_cache" {
-			interval := durationOr(m["interval"], time.Duration(caddymodule.DefaultMetricsInterval))
-			timeout := durationOr(m["timeout"], min(time.Duration(caddymodule.DefaultMetricsTimeout), interval))
-			interval = max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond)
-			m["interval"] = int64(interval)
-			m["timeout"] = int64(min(max(time.Duration(float64(timeout)*timeScale), time.Millisecond), interval))
-		}
-		for _, c := range v {
-			scaleEngineMetrics(c, timeScale)
-		}
-	case []any:
-		for _, c := range v {
-			scaleEngineMetrics(c, timeScale)
-		}
+// scaleTimes scales a prefix_cache policy's rates and periods by
+// timeScale, so that it runs against the engines' simulated clock as a
+// deployment runs against real engines:
+//   - prefill_rate is divided by it, its default filled in first;
+//   - engine_metrics' scrape interval and timeout are multiplied by it,
+//     their defaults filled in first and the interval kept at least
+//     10 ms, so that the engines are scraped as often, in their time, as
+//     a deployment scrapes real engines;
+//   - sync_load_interval is multiplied by it (its 100 ms default first,
+//     and at least 10 ms), so that edges report their load as often
+//     against the engines' clock; without sync it is unused.
+func scaleTimes(p map[string]any, timeScale float64) {
+	rate := float64(caddymodule.DefaultPrefillRate)
+	if r, ok := p["prefill_rate"].(float64); ok {
+		rate = r
 	}
-}
-
-// scaleSyncLoad multiplies the sync_load_interval of every prefix_cache
-// selection policy under v by timeScale (its 100 ms default first, and at
-// least 10 ms), so that edges report their load as often, against the
-// engines' clock, as a deployment's edges do. Without sync it is unused.
-func scaleSyncLoad(v any, timeScale float64) {
-	switch v := v.(type) {
-	case map[string]any:
-		if v["policy"] == "prefix_cache" {
-			interval := durationOr(v["sync_load_interval"], 100*time.Millisecond)
-			v["sync_load_interval"] = int64(max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond))
-		}
-		for _, c := range v {
-			scaleSyncLoad(c, timeScale)
-		}
-	case []any:
-		for _, c := range v {
-			scaleSyncLoad(c, timeScale)
-		}
+	p["prefill_rate"] = int64(math.Round(rate / timeScale))
+	if m, ok := p["engine_metrics"].(map[string]any); ok {
+		interval := durationOr(m["interval"], time.Duration(caddymodule.DefaultMetricsInterval))
+		timeout := durationOr(m["timeout"], min(time.Duration(caddymodule.DefaultMetricsTimeout), interval))
+		interval = max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond)
+		m["interval"] = int64(interval)
+		m["timeout"] = int64(min(max(time.Duration(float64(timeout)*timeScale), time.Millisecond), interval))
 	}
+	interval := durationOr(p["sync_load_interval"], 100*time.Millisecond)
+	p["sync_load_interval"] = int64(max(time.Duration(float64(interval)*timeScale), 10*time.Millisecond))
 }
 
 // durationOr reads a Caddy duration from JSON (nanoseconds, or a string
