@@ -5,8 +5,16 @@
 # Dynamo's prefill weight and overlap credit), each variant beside the
 # default in the same prefixbench run. It never touches the scoring set.
 #
-#	bench/scoring/tune.sh OUTDIR [KNOB...]         # all knobs, ~8 hours
-#	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]  # a few minutes
+#	bench/scoring/tune.sh OUTDIR [KNOB...]            # all knobs, ~8 hours
+#	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]     # a few minutes
+#	bench/scoring/tune.sh -together OUTDIR KNOB...    # the knobs in one sweep
+#
+# -together runs the selected knobs that share a default policy and
+# prefixbench flags in one sweep, every variant of each beside the one
+# default (and REFS) in the same prefixbench run, named by the knobs
+# joined with '+'. It costs one default and one REFS per run instead of
+# one per knob, and compares the knobs with each other on the same
+# arrivals.
 #
 # KNOBs are the names below (e.g. min_match_ratio sglang_cache_threshold,
 # or engine_capacity and engine_queue, engine_metrics' signals); none
@@ -16,11 +24,16 @@
 # against the default; commands.txt and commit.txt as run.sh writes them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [[ ${1:-} == -smoke ]]; then
-	export SMOKE=1
+TOGETHER=0
+while [[ ${1:-} == -* ]]; do
+	case $1 in
+	-smoke) export SMOKE=1 ;;
+	-together) TOGETHER=1 ;;
+	*) echo "tune.sh: unknown flag $1" >&2; exit 2 ;;
+	esac
 	shift
-fi
-[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] OUTDIR [KNOB...]" >&2; exit 2; }
+done
+[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] [-together] OUTDIR [KNOB...]" >&2; exit 2; }
 OUT=$1
 shift
 source bench/scoring/sets.sh
@@ -65,21 +78,19 @@ selected() {
 	return 1
 }
 
-for entry in "${KNOBS[@]}"; do
-	IFS='|' read -r knob base prefix values suffix flags <<<"$entry"
-	read -ra knobflags <<<"${flags:-}"
-	selected "$knob" || continue
-	suffix=${suffix:-\}}
-	custom=()
-	names=$base
-	for v in $values; do
-		custom+=(-custom-policy "$base-$knob-$v=$prefix$v$suffix")
-		names+=",$base-$knob-$v"
-	done
+# sweep NAME BASE FLAGS NAMES CUSTOM...: one sweep, every workload of the
+# tuning set with the variants in CUSTOM (-custom-policy pairs) beside
+# the default BASE, summarised in NAME.md.
+sweep() {
+	local knob=$1 base=$2 names=$4 w name seed tr r f
+	local knobflags
+	read -ra knobflags <<<"$3"
+	shift 4
+	local custom=("$@")
 	# REFS (e.g. peer_dynamo, the reference) run beside each sweep.
-	policies=$base
+	local policies=$base
 	[[ -z ${REFS:-} ]] || policies+=",$REFS"
-	files=()
+	local files=() flags
 	for w in "${GEN_WORKLOADS[@]}"; do
 		name=${w%%|*}
 		read -ra flags <<<"${w#*|}"
@@ -101,5 +112,39 @@ for entry in "${KNOBS[@]}"; do
 		done
 	done
 	runlog "$OUT/.bin/peertable" -lead "$base" -policies "$names${REFS:+,$REFS}" -min-runs "${#TUNING_SEEDS[@]}" "${files[@]}" >"$OUT/$knob.md"
+}
+
+# Each selected knob's variants, grouped (with -together) by default
+# policy and flags, in the order of KNOBS.
+groups=()
+declare -A gknobs gbase gflags gnames gcustom
+for entry in "${KNOBS[@]}"; do
+	IFS='|' read -r knob base prefix values suffix flags <<<"$entry"
+	selected "$knob" || continue
+	suffix=${suffix:-\}}
+	key=$knob
+	[[ $TOGETHER == 0 ]] || key="$base|${flags:-}"
+	if [[ -z ${gknobs[$key]:-} ]]; then
+		groups+=("$key")
+		gknobs[$key]=$knob
+		gbase[$key]=$base
+		gflags[$key]=${flags:-}
+		gnames[$key]=$base
+		gcustom[$key]=
+	else
+		gknobs[$key]+="+$knob"
+	fi
+	for v in $values; do
+		# Specs hold no newline: one per line.
+		gcustom[$key]+="$base-$knob-$v=$prefix$v$suffix"$'\n'
+		gnames[$key]+=",$base-$knob-$v"
+	done
+done
+for key in "${groups[@]}"; do
+	custom=()
+	while IFS= read -r spec; do
+		[[ -n $spec ]] && custom+=(-custom-policy "$spec")
+	done <<<"${gcustom[$key]}"
+	sweep "${gknobs[$key]}" "${gbase[$key]}" "${gflags[$key]}" "${gnames[$key]}" "${custom[@]}"
 done
 echo "tuning sweeps done: $OUT/*.md" >&2
