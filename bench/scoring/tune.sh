@@ -8,6 +8,7 @@
 #	bench/scoring/tune.sh OUTDIR [KNOB...]            # all knobs, ~8 hours
 #	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]     # a few minutes
 #	bench/scoring/tune.sh -together OUTDIR KNOB...    # the knobs in one sweep
+#	bench/scoring/tune.sh OUTDIR KNOB=V1,V2           # other values than the knob's own
 #
 # -together runs the selected knobs that share a default policy and
 # prefixbench flags in one sweep, every variant of each beside the one
@@ -70,11 +71,20 @@ if [[ ${SMOKE:-0} == 1 ]]; then
 		"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|2")
 fi
 
+# A KNOB may be given as KNOB=V1,V2,...: those values replace its own,
+# to extend a sweep whose best value was at the edge of its range.
 SELECTED=("$@")
+selected_values=
 selected() {
+	selected_values=
 	[[ ${#SELECTED[@]} == 0 ]] && return 0
 	local w
-	for w in "${SELECTED[@]}"; do [[ $w == "$1" ]] && return 0; done
+	for w in "${SELECTED[@]}"; do
+		if [[ ${w%%=*} == "$1" ]]; then
+			[[ $w != *=* ]] || selected_values=${w#*=}
+			return 0
+		fi
+	done
 	return 1
 }
 
@@ -121,6 +131,7 @@ declare -A gknobs gbase gflags gnames gcustom
 for entry in "${KNOBS[@]}"; do
 	IFS='|' read -r knob base prefix values suffix flags <<<"$entry"
 	selected "$knob" || continue
+	[[ -z $selected_values ]] || values=${selected_values//,/ }
 	suffix=${suffix:-\}}
 	key=$knob
 	[[ $TOGETHER == 0 ]] || key="$base|${flags:-}"
