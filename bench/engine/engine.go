@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,6 +150,15 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.statsLocked()
+}
+
+// FirstTokenTimes returns, for every request that has had its first
+// token, the wall time from its arrival to that token: the engine's own
+// TTFT, without the path from the client to the engine.
+func (e *Engine) FirstTokenTimes() []time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.sched.c.firstTokens)
 }
 
 func (e *Engine) statsLocked() Stats {

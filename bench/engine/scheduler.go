@@ -120,6 +120,9 @@ type counters struct {
 	busy                                            time.Duration
 	maxRunning, maxWaiting                          int
 	ttft, e2e, prefill                              histogram
+	// firstTokens is every request's time from arrival to first token,
+	// the samples of ttft.
+	firstTokens []time.Duration
 }
 
 func newScheduler(cfg Config) *scheduler {
@@ -282,6 +285,7 @@ func (s *scheduler) update(batch []scheduled, now time.Time, d time.Duration) {
 		if r.numOutput == 1 {
 			r.firstToken = now
 			s.c.ttft.observe(now.Sub(r.arrival).Seconds())
+			s.c.firstTokens = append(s.c.firstTokens, now.Sub(r.arrival))
 			// vLLM's prefill time: from first scheduled to first token.
 			s.c.prefill.observe(now.Sub(r.scheduledAt).Seconds())
 		}

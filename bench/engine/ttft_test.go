@@ -77,4 +77,15 @@ func TestColdWarmTTFT(t *testing.T) {
 	if saved, modelled := cold-warm, wantCold-wantWarm; saved < modelled/2 {
 		t.Errorf("the cache saved %v of TTFT (cold %v, warm %v), want at least half the modelled %v", saved, cold, warm, modelled)
 	}
+	// The engine's own TTFTs count from arrival: within the client's,
+	// and no shorter than the model.
+	ft := te.FirstTokenTimes()
+	if len(ft) != 2 {
+		t.Fatalf("FirstTokenTimes has %d entries after two requests, want 2", len(ft))
+	}
+	for i, c := range []struct{ client, model time.Duration }{{cold, wantCold}, {warm, wantWarm}} {
+		if ft[i] < c.model || ft[i] > c.client {
+			t.Errorf("request %d: engine TTFT %v, want from the model %v to the client's %v", i, ft[i], c.model, c.client)
+		}
+	}
 }

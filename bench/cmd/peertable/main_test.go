@@ -41,6 +41,38 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestEngineTTFTColumn: the engines' own TTFT p90 is a column where
+// every run of the cell measured it, and absent in older results.
+func TestEngineTTFTColumn(t *testing.T) {
+	measured := func(policy string, hit, p90, engine float64) *driver.Run {
+		r := run(policy, hit, p90)
+		r.EngineTTFT.P90 = engine
+		return r
+	}
+	results := []*driver.Result{
+		{Workload: "chat", Runs: []*driver.Run{measured("prefix_cache", 0.9, 0.05, 0.04), measured("peer_a", 0.8, 0.07, 0.06)}},
+		{Workload: "chat", Runs: []*driver.Run{measured("prefix_cache", 0.9, 0.05, 0.02), measured("peer_a", 0.8, 0.07, 0.06)}},
+		{Workload: "agent", Runs: []*driver.Run{measured("prefix_cache", 0.8, 0.5, 0.4), run("peer_a", 0.7, 0.6)}},
+	}
+	var b strings.Builder
+	if err := write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache"}); err != nil {
+		t.Fatal(err)
+	}
+	chat, agent, _ := strings.Cut(b.String(), "### agent")
+	for _, want := range []string{
+		"| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) | engine TTFT p90 (s) | errors |",
+		"| prefix_cache | 2 | 0.900 | 0.00 | 0.05 | 0.03 [0.02–0.04] | 0 |",
+		"| peer_a | 2 | 0.800 | 0.00 | 0.07 | 0.06 | 0 |",
+	} {
+		if !strings.Contains(chat, want) {
+			t.Errorf("chat lacks %q:\n%s", want, chat)
+		}
+	}
+	if strings.Contains(agent, "engine TTFT") {
+		t.Errorf("agent, where peer_a did not measure it, has the engine TTFT column:\n%s", agent)
+	}
+}
+
 // TestCompare pins the symmetric rule: "leads" and "behind" only for
 // disjoint ranges, in both directions and for both senses of better,
 // "tie within spread" for any overlap (touching included) whichever mean
