@@ -83,16 +83,15 @@ for seed in $SEEDS; do
 						run "$w-e1p-none-s$seed" $args -seed "$seed" -edges 1 -edge-process -policies prefix_cache -no-bound
 					fi
 				else
-					policies=prefix_cache
+					# prefixbench runs each -custom-policy after -policies.
 					custom=()
 					IFS=';' read -ra specs <<<"$CUSTOM"
 					for spec in "${specs[@]}"; do
 						[ -n "$spec" ] || continue
 						custom+=(-custom-policy "$spec")
-						policies+=",${spec%%=*}"
 					done
 					# shellcheck disable=SC2086
-					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies "$policies" "${custom[@]}"
+					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies prefix_cache "${custom[@]}"
 				fi
 			done
 		done
