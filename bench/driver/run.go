@@ -72,6 +72,14 @@ type Config struct {
 	// EdgeSeed seeds each request's choice of edge.
 	EdgeSeed uint64
 
+	// EdgesSent, if from 1 to Edges-1, sends every request to one of
+	// the first EdgesSent edges only, the others running (and syncing)
+	// idle: with Edges 4 and EdgesSent 1, the machine carries four edge
+	// processes while one edge routes, which tells what the edges cost
+	// this one machine apart from what splitting the routing costs.
+	// Default: 0, every edge.
+	EdgesSent int
+
 	// Sync, when SyncRedis, starts a redis-server for each run and sets
 	// the sync option of every prefix_cache policy to it (see WithSync).
 	Sync string
@@ -114,10 +122,13 @@ type Run struct {
 	// for a policy with nothing to sync). EdgeProcesses says whether the
 	// edges ran as child processes (always, for more than one), not in the
 	// benchmark's own process.
-	Edges         int    `json:"edges"`
-	EdgeProcesses bool   `json:"edge_processes"`
-	EdgeRequests  []int  `json:"edge_requests,omitempty"`
-	Sync          string `json:"sync,omitempty"`
+	Edges         int   `json:"edges"`
+	EdgeProcesses bool  `json:"edge_processes"`
+	EdgeRequests  []int `json:"edge_requests,omitempty"`
+	// EdgesSent is how many of the edges were sent requests, when fewer
+	// than Edges (Config.EdgesSent).
+	EdgesSent int    `json:"edges_sent,omitempty"`
+	Sync      string `json:"sync,omitempty"`
 	// SyncBytes is what the edges sent the redis-server during the
 	// replay (total_net_input_bytes: every placement and load report as
 	// a PUBLISH command, RESP framing and channel name included), and
@@ -273,6 +284,9 @@ func (cfg *Config) setDefaults() error {
 	if cfg.Edges < 1 {
 		return fmt.Errorf("edges must be positive, got %d", cfg.Edges)
 	}
+	if cfg.EdgesSent < 0 || cfg.EdgesSent > cfg.Edges {
+		return fmt.Errorf("edges sent must be from 0 to the %d edges, got %d", cfg.Edges, cfg.EdgesSent)
+	}
 	if _, err := ParseSync(cfg.Sync); err != nil {
 		return err
 	}
@@ -286,6 +300,9 @@ func edgesLabel(run *Run) string {
 		return ""
 	}
 	s := fmt.Sprintf(" edges=%d", run.Edges)
+	if run.EdgesSent > 0 {
+		s += fmt.Sprintf(" sent-to=%d", run.EdgesSent)
+	}
 	if run.Sync != "" {
 		s += " sync=" + run.Sync
 	}
@@ -360,7 +377,11 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 			return nil, fmt.Errorf("redis-server stats: %w", err)
 		}
 	}
-	rp := newReplayer(edges.urls, cfg.EdgeSeed, client, w, ts)
+	sent := edges.urls
+	if cfg.EdgesSent > 0 {
+		sent = sent[:cfg.EdgesSent]
+	}
+	rp := newReplayer(sent, cfg.EdgeSeed, client, w, ts)
 	t0 := time.Now()
 	rp.run(ctx, w, l)
 	elapsed := time.Since(t0)
@@ -384,6 +405,9 @@ func runOne(ctx context.Context, cfg Config, w *workload.Workload, p Policy, l l
 	run.TimerLag = Percentiles{P50: 1000 * lag.P50, P90: 1000 * lag.P90, P99: 1000 * lag.P99}
 	run.Policy, run.QPS, run.Users = p.Name, l.QPS, l.Users
 	run.Edges, run.Sync, run.EdgeProcesses = len(edges.urls), edges.sync, !edges.local
+	if len(sent) < len(edges.urls) {
+		run.EdgesSent = len(sent)
+	}
 	run.SyncBytes = syncAfter.InputBytes - syncBefore.InputBytes
 	run.SyncPublishes = syncAfter.Publishes - syncBefore.Publishes
 	if run.Edges > 1 {

@@ -23,7 +23,7 @@ func TestBenchmarkEdges(t *testing.T) {
 	}
 	const edges, seed = 3, 7
 	w := smallSharedPrefix(t, 48)
-	res := benchmarkEdges(t, w, edges, seed, "")
+	res := benchmarkEdges(t, w, edges, 0, seed, "")
 	run := res.Runs[0]
 	if res.Edges != edges || run.Edges != edges || run.Sync != "" {
 		t.Errorf("result edges %d, run edges %d sync %q, want %d, %d, none", res.Edges, run.Edges, run.Sync, edges, edges)
@@ -55,7 +55,7 @@ func TestBenchmarkEdgesSync(t *testing.T) {
 		t.Skip("runs redis-server, two Caddy processes and engines for a few seconds")
 	}
 	requireRedis(t)
-	res := benchmarkEdges(t, smallSharedPrefix(t, 32), 2, 1, SyncRedis)
+	res := benchmarkEdges(t, smallSharedPrefix(t, 32), 2, 0, 1, SyncRedis)
 	run := res.Runs[0]
 	if run.Sync != SyncRedis {
 		t.Errorf("run sync = %q, want redis", run.Sync)
@@ -63,6 +63,23 @@ func TestBenchmarkEdgesSync(t *testing.T) {
 	// Two placements per routed request at least, and what they weigh.
 	if run.SyncPublishes < int64(run.Requests) || run.SyncBytes < 40*run.SyncPublishes {
 		t.Errorf("the edges published %d messages, %d bytes, for %d requests: want at least one per request, of 40 bytes or more", run.SyncPublishes, run.SyncBytes, run.Requests)
+	}
+	assertNoChildren(t)
+}
+
+// TestBenchmarkEdgesSent runs two edges and sends every request to the
+// first: the second runs idle, and the run says so.
+func TestBenchmarkEdgesSent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two Caddy processes and engines for a few seconds")
+	}
+	w := smallSharedPrefix(t, 24)
+	run := benchmarkEdges(t, w, 2, 1, 3, "").Runs[0]
+	if run.Edges != 2 || run.EdgesSent != 1 {
+		t.Errorf("run edges %d, sent %d, want 2 and 1", run.Edges, run.EdgesSent)
+	}
+	if want := fmt.Sprint([]int{w.Requests(), 0}); fmt.Sprint(run.EdgeRequests) != want {
+		t.Errorf("requests per edge = %v, want %v", run.EdgeRequests, want)
 	}
 	assertNoChildren(t)
 }
@@ -79,9 +96,10 @@ func smallSharedPrefix(t *testing.T, requests int) *workload.Workload {
 	return w
 }
 
-// benchmarkEdges runs prefix_cache on w through n edges and checks that
-// every request was served.
-func benchmarkEdges(t *testing.T, w *workload.Workload, n int, seed uint64, sync string) *Result {
+// benchmarkEdges runs prefix_cache on w through n edges, requests sent
+// to the first sent of them (0: all), and checks that every request was
+// served.
+func benchmarkEdges(t *testing.T, w *workload.Workload, n, sent int, seed uint64, sync string) *Result {
 	t.Helper()
 	ecfg := engine.DefaultConfig()
 	ecfg.KVBlocks = 512
@@ -96,7 +114,7 @@ func benchmarkEdges(t *testing.T, w *workload.Workload, n int, seed uint64, sync
 	res, err := Benchmark(ctx, Config{
 		Engines: 4, Engine: ecfg, Caddyfile: readCaddyfile(t), Policies: policies,
 		QPS: []float64{40}, SampleInterval: 50 * time.Millisecond, NoBound: true,
-		Edges: n, EdgeSeed: seed, Sync: sync,
+		Edges: n, EdgesSent: sent, EdgeSeed: seed, Sync: sync,
 	}, w)
 	if err != nil {
 		t.Fatalf("Benchmark with %d edges: %v", n, err)

@@ -11,11 +11,17 @@
 # GEN_TS and MC_TS override the time scales (0.5 and 0.2): at 1 the
 # engines run in real time, and the edges' own wall-clock intervals (load
 # reports every 100 ms, scrapes) weigh as they would in production rather
-# than 2x or 5x more. CUSTOM adds prefix_cache variants to the sync runs,
-# as prefixbench -custom-policy specs separated by ';':
+# than 2x or 5x more. CUSTOM adds prefix_cache variants to every run but
+# the e1p ones, as prefixbench -custom-policy specs separated by ';':
 #
 #   OUT=/tmp/edges-ts1 GEN_TS=1 EDGES="1 4" WORKLOADS=agent bash bench/edges/run.sh
 #   CUSTOM='pc_noload={"policy":"prefix_cache","sync_load":false}' EDGES=4 bash bench/edges/run.sh
+#
+# SENT=1 sends every request to the first edge of the N, the others
+# running idle (and applying what it publishes): the CPU of N edges on
+# this one machine with one edge's routing, in files named e4to1:
+#
+#   OUT=/tmp/edges-sent SENT=1 EDGES=4 SYNCS=redis WORKLOADS="chat mooncake" bash bench/edges/run.sh
 #
 # Without sync, round_robin runs beside prefix_cache (it has nothing to
 # sync). With one edge, prefix_cache runs a second time as a child
@@ -34,6 +40,7 @@ SYNCS=${SYNCS:-"none redis"}
 GEN_TS=${GEN_TS:-0.5}
 MC_TS=${MC_TS:-0.2}
 CUSTOM=${CUSTOM:-}
+SENT=${SENT:-}
 mkdir -p "$OUT"
 go build -o "$OUT/prefixbench" ./bench/cmd/prefixbench
 
@@ -70,28 +77,35 @@ run() { # name, then prefixbench's arguments
 	echo "== $name: $((SECONDS - t0)) s"
 }
 
+# prefixbench runs each -custom-policy after -policies.
+custom=()
+IFS=';' read -ra specs <<<"$CUSTOM"
+for spec in "${specs[@]}"; do
+	[ -n "$spec" ] || continue
+	custom+=(-custom-policy "$spec")
+done
+
 for seed in $SEEDS; do
 	for edges in $EDGES; do
+		tier=e$edges
+		sent=()
+		if [ -n "$SENT" ]; then
+			tier+=to$SENT
+			sent=(-edges-sent "$SENT")
+		fi
 		for w in $WORKLOADS; do
 			args=$(workload_args "$w")
 			for sync in $SYNCS; do
 				if [ "$sync" = none ]; then
 					# shellcheck disable=SC2086
-					run "$w-e$edges-none-s$seed" $args -seed "$seed" -edges "$edges" -policies round_robin,prefix_cache
+					run "$w-$tier-none-s$seed" $args -seed "$seed" -edges "$edges" "${sent[@]}" -policies round_robin,prefix_cache "${custom[@]}"
 					if [ "$edges" = 1 ]; then
 						# shellcheck disable=SC2086
 						run "$w-e1p-none-s$seed" $args -seed "$seed" -edges 1 -edge-process -policies prefix_cache -no-bound
 					fi
 				else
-					# prefixbench runs each -custom-policy after -policies.
-					custom=()
-					IFS=';' read -ra specs <<<"$CUSTOM"
-					for spec in "${specs[@]}"; do
-						[ -n "$spec" ] || continue
-						custom+=(-custom-policy "$spec")
-					done
 					# shellcheck disable=SC2086
-					run "$w-e$edges-$sync-s$seed" $args -seed "$seed" -edges "$edges" -sync "$sync" -policies prefix_cache "${custom[@]}"
+					run "$w-$tier-$sync-s$seed" $args -seed "$seed" -edges "$edges" "${sent[@]}" -sync "$sync" -policies prefix_cache "${custom[@]}"
 				fi
 			done
 		done

@@ -126,6 +126,9 @@ func tierName(r *driver.Run) string {
 	if r.Edges <= 1 && r.EdgeProcesses {
 		name += "p"
 	}
+	if r.EdgesSent > 0 {
+		name += fmt.Sprintf("/%d", r.EdgesSent) // e4/1: four edges, requests to one
+	}
 	if r.Sync != "" {
 		name += " " + r.Sync
 	}

@@ -159,6 +159,7 @@ func TestTierName(t *testing.T) {
 		{driver.Run{Policy: "prefix_cache", Edges: 1, EdgeProcesses: true, Sync: "redis"}, "prefix_cache e1p redis"},
 		{driver.Run{Policy: "round_robin", Edges: 4, EdgeProcesses: true}, "round_robin e4"},
 		{driver.Run{Policy: "prefix_cache", Edges: 8, EdgeProcesses: true, Sync: "redis"}, "prefix_cache e8 redis"},
+		{driver.Run{Policy: "prefix_cache", Edges: 4, EdgesSent: 1, EdgeProcesses: true, Sync: "redis"}, "prefix_cache e4/1 redis"},
 	} {
 		if got := tierName(&tt.run); got != tt.want {
 			t.Errorf("tierName(%+v) = %q, want %q", tt.run, got, tt.want)

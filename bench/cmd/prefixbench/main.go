@@ -77,6 +77,7 @@ type options struct {
 	workloadName  string
 	edges         int
 	edgeProcesses bool
+	edgesSent     int
 	sync          string
 }
 
@@ -112,6 +113,7 @@ func run() error {
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
 	flag.BoolVar(&o.edgeProcesses, "edge-process", false, "run even a single edge as a child process, to compare 1 and N edges with the same process layout")
+	flag.IntVar(&o.edgesSent, "edges-sent", 0, "send every request to the first N of the -edges only, the others idle (and syncing): the CPU of N edges on this machine with one edge's routing (default: all)")
 	flag.StringVar(&o.sync, "sync", "", "how edges share placements: redis (starts a redis-server per run and sets prefix_cache's sync to it), or none")
 	flag.Parse()
 
@@ -212,6 +214,7 @@ func (o options) config(root string) (driver.Config, error) {
 		Edges:         o.edges,
 		EdgeProcesses: o.edgeProcesses,
 		EdgeSeed:      o.seed,
+		EdgesSent:     o.edgesSent,
 		Sync:          sync,
 
 		Engines:   o.engines,
@@ -229,6 +232,9 @@ func (o options) config(root string) (driver.Config, error) {
 func (o options) edgeTier() (sync string, err error) {
 	if o.edges < 1 {
 		return "", fmt.Errorf("-edges must be positive, got %d", o.edges)
+	}
+	if o.edgesSent < 0 || o.edgesSent > o.edges {
+		return "", fmt.Errorf("-edges-sent must be from 0 to -edges (%d), got %d", o.edges, o.edgesSent)
 	}
 	sync, err = driver.ParseSync(o.sync)
 	if err != nil {
