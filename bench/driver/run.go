@@ -72,8 +72,8 @@ type Config struct {
 	// EdgeSeed seeds each request's choice of edge.
 	EdgeSeed uint64
 
-	// EdgesSent, if from 1 to Edges-1, sends every request to one of
-	// the first EdgesSent edges only, the others running (and syncing)
+	// EdgesSent, if from 1 to Edges, sends every request to one of the
+	// first EdgesSent edges only, the others running (and syncing)
 	// idle: with Edges 4 and EdgesSent 1, the machine carries four edge
 	// processes while one edge routes, which tells what the edges cost
 	// this one machine apart from what splitting the routing costs.

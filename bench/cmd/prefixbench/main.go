@@ -113,7 +113,7 @@ func run() error {
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
 	flag.BoolVar(&o.edgeProcesses, "edge-process", false, "run even a single edge as a child process, to compare 1 and N edges with the same process layout")
-	flag.IntVar(&o.edgesSent, "edges-sent", 0, "send every request to the first N of the -edges only, the others idle (and syncing): the CPU of N edges on this machine with one edge's routing (default: all)")
+	flag.IntVar(&o.edgesSent, "edges-sent", 0, "send every request to the first N of the -edges only, the others idle (and syncing): every edge process on this machine, the routing of N edges (default: all)")
 	flag.StringVar(&o.sync, "sync", "", "how edges share placements: redis (starts a redis-server per run and sets prefix_cache's sync to it), or none")
 	flag.Parse()
 
