@@ -25,6 +25,7 @@ type SmokeOptions struct {
 	Edges         int
 	EdgeProcesses bool
 	EdgeSeed      uint64
+	EdgesSent     int
 	Sync          string
 }
 
@@ -49,6 +50,7 @@ func SmokeWith(ctx context.Context, caddyfile []byte, progress io.Writer, o Smok
 		Edges:         o.Edges,
 		EdgeProcesses: o.EdgeProcesses,
 		EdgeSeed:      o.EdgeSeed,
+		EdgesSent:     o.EdgesSent,
 		Sync:          o.Sync,
 	}
 

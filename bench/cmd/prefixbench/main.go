@@ -383,7 +383,7 @@ func smoke(ctx context.Context, root string, o options) error {
 		return err
 	}
 	results, err := driver.SmokeWith(ctx, caddyfile, os.Stderr, driver.SmokeOptions{
-		Edges: o.edges, EdgeProcesses: o.edgeProcesses, EdgeSeed: o.seed, Sync: sync,
+		Edges: o.edges, EdgeProcesses: o.edgeProcesses, EdgeSeed: o.seed, EdgesSent: o.edgesSent, Sync: sync,
 	})
 	if rerr := report.Markdown(os.Stdout, results); rerr != nil && err == nil {
 		err = rerr
