@@ -137,7 +137,11 @@ type upstreamStats struct {
 	// counts them with this edge's.
 	RemoteInFlight      int   `json:"remote_in_flight"`
 	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
-	Owned               int   `json:"owned_entries"`
+	// RemotePrefillBacklog is the other edges' estimates of the prefill
+	// queued at the upstream (with sync and their prefill_rate), which
+	// cold placement adds to PrefillBacklog.
+	RemotePrefillBacklog int64 `json:"remote_prefill_backlog_bytes"`
+	Owned                int   `json:"owned_entries"`
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
@@ -272,6 +276,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now)
 				}
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
+				us.RemotePrefillBacklog = s.state.tier.queued(tab.ids[i])
 				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
 						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,

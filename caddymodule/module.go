@@ -710,6 +710,9 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
 		if s.nsPerByte > 0 {
 			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS)
+			if *s.SyncLoad {
+				sc.cands[j].Backlog += s.state.tier.queued(id) // the other edges'
+			}
 		}
 	}
 

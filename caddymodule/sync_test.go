@@ -276,7 +276,7 @@ func TestHostileLoadReports(t *testing.T) {
 	s := syncing(t, bus, 7006, poolOf("10.7.7.1:8000"))
 	st := s.state
 	id, _ := st.index.ID("10.7.7.1:8000")
-	huge := edgesync.UpstreamLoad{Upstream: "10.7.7.1:8000", Requests: 1<<32 - 1, Bytes: 1<<64 - 1}
+	huge := edgesync.UpstreamLoad{Upstream: "10.7.7.1:8000", Requests: 1<<32 - 1, Bytes: 1<<64 - 1, Backlog: 1<<64 - 1}
 	for o := range uint64(maxLoadOrigins + 10) {
 		busNamed(bus).deliver(loadReport(1000+o, huge))
 	}
@@ -290,6 +290,9 @@ func TestHostileLoadReports(t *testing.T) {
 	if req != maxLoadOrigins*maxReportRequests || bytes != maxLoadOrigins*maxReportBytes {
 		t.Errorf("tier.load = %d requests, %d bytes; want %d and %d (each report clamped, no overflow)",
 			req, bytes, maxLoadOrigins*maxReportRequests, int64(maxLoadOrigins)*maxReportBytes)
+	}
+	if q := st.tier.queued(id); q != maxLoadOrigins*maxReportBytes {
+		t.Errorf("tier.queued = %d bytes, want %d (each report clamped, no overflow)", q, int64(maxLoadOrigins)*maxReportBytes)
 	}
 
 	// Strangers' reports, naming nothing of ours, keep no entry.

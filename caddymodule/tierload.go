@@ -15,7 +15,11 @@ import (
 // it has in flight at each upstream (requests and bytes of routing text)
 // every loadInterval, and adds what the others report to its own counts
 // before it bounds a candidate, so the load bound holds for the whole
-// tier: four edges admit one allowance onto a replica, not four. A report
+// tier: four edges admit one allowance onto a replica, not four. With
+// prefill_rate, a report also carries the edge's estimate of the prefill
+// it has queued at each upstream, which the others add to theirs when
+// they place a cold request, so that it goes where the tier has queued
+// least, not where this edge has. A report
 // older than loadTTL (its edge stopped, or the transport is down) does not
 // count, so an edge without fresh reports bounds by its own load alone.
 
@@ -25,7 +29,7 @@ const (
 	// that a burst on one edge is seen by the others before it has
 	// admitted much of it (a request's prefill takes tens of milliseconds
 	// at least), rarely enough to cost nothing (a report of 8 upstreams
-	// is 264 bytes: 2.6 KB/s per edge).
+	// is about 300 bytes: 3 KB/s per edge).
 	loadInterval = 100 * time.Millisecond
 	// loadTTL is how long a report counts: a few intervals, so that one
 	// lost report changes nothing and a gone edge stops counting within a
@@ -50,8 +54,8 @@ const (
 	maxLoadOrigins = 256
 	// maxReportRequests and maxReportBytes clamp one edge's reported
 	// load at one upstream: a million requests, 1 TiB of routing text
-	// (maxSize). Summed over maxLoadOrigins edges they stay far below
-	// what an int64 holds.
+	// (maxSize), in flight or in backlog. Summed over maxLoadOrigins
+	// edges they stay far below what an int64 holds.
 	maxReportRequests = 1 << 20
 	maxReportBytes    = maxSize
 )
@@ -61,6 +65,7 @@ const (
 type tierLoad struct {
 	requests [prefixindex.MaxIDs + 1]atomic.Int64
 	bytes    [prefixindex.MaxIDs + 1]atomic.Int64
+	backlog  [prefixindex.MaxIDs + 1]atomic.Int64
 	ttl      atomic.Int64 // how long a report counts; 0: loadTTL
 
 	mu       sync.Mutex
@@ -73,6 +78,7 @@ type originLoad struct {
 	ids      []prefixindex.ID
 	requests []int64
 	bytes    []int64
+	backlog  []int64
 }
 
 // apply replaces what origin contributed with its new report, and reports
@@ -81,7 +87,7 @@ type originLoad struct {
 // empty) takes back what origin contributed and keeps no entry for it.
 // The new contribution is added before the old one is taken out, so that
 // a concurrent reader sees at worst both, never too little load.
-func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes []int64) bool {
+func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes, backlog []int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	o := t.byOrigin[origin]
@@ -105,15 +111,18 @@ func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requ
 	for i, id := range ids {
 		t.requests[id].Add(min(max(requests[i], 0), maxReportRequests))
 		t.bytes[id].Add(min(max(bytes[i], 0), maxReportBytes))
+		t.backlog[id].Add(min(max(backlog[i], 0), maxReportBytes))
 	}
 	t.give(o)
 	o.at = at
 	o.ids = append(o.ids[:0], ids...)
 	o.requests = o.requests[:0]
 	o.bytes = o.bytes[:0]
+	o.backlog = o.backlog[:0]
 	for i := range ids {
 		o.requests = append(o.requests, min(max(requests[i], 0), maxReportRequests))
 		o.bytes = append(o.bytes, min(max(bytes[i], 0), maxReportBytes))
+		o.backlog = append(o.backlog, min(max(backlog[i], 0), maxReportBytes))
 	}
 	return true
 }
@@ -140,12 +149,21 @@ func (t *tierLoad) give(o *originLoad) {
 	for i, id := range o.ids {
 		t.requests[id].Add(-o.requests[i])
 		t.bytes[id].Add(-o.bytes[i])
+		t.backlog[id].Add(-o.backlog[i])
 	}
 }
 
 // load returns the other edges' requests and bytes in flight at id.
 func (t *tierLoad) load(id prefixindex.ID) (int, int64) {
 	return int(max(t.requests[id].Load(), 0)), max(t.bytes[id].Load(), 0)
+}
+
+// queued returns the other edges' estimates of the prefill queued at id,
+// summed as last reported: each edge's estimate covers its own requests,
+// so the sum is the tier's. It is up to one report interval old, which
+// on an upstream that prefills while it waits makes it a little high.
+func (t *tierLoad) queued(id prefixindex.ID) int64 {
+	return max(t.backlog[id].Load(), 0)
 }
 
 // edges returns how many other edges reported within loadTTL.
@@ -238,7 +256,7 @@ func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 // appends its encoding to dst.
 func (s *PrefixCacheSelection) appendLoadReport(dst []byte, report *edgesync.LoadReport, now time.Time) []byte {
 	report.Origin, report.Sent = loadOrigin(s.state.key), now.UnixNano()
-	report.Upstreams = s.localLoads(report.Upstreams[:0])
+	report.Upstreams = s.localLoads(report.Upstreams[:0], now.UnixNano())
 	return report.AppendBinary(dst)
 }
 
@@ -265,7 +283,7 @@ func (s *PrefixCacheSelection) reportsForState() bool {
 // where the pools of two states share an upstream, only one of them
 // reports its requests (see requestOwners): the other edges add up the
 // two states' reports.
-func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesync.UpstreamLoad {
+func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad, now int64) []edgesync.UpstreamLoad {
 	owners := requestOwners()
 	seen := map[string]bool{}
 	eachInstance(func(x *PrefixCacheSelection) {
@@ -290,7 +308,11 @@ func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesyn
 			if owners[u.Dial] == s.state {
 				requests = uint32(max(u.NumRequests(), 0))
 			}
-			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes)})
+			var backlog int64
+			if ok && s.nsPerByte > 0 {
+				backlog = s.backlog(id, u.Dial, now)
+			}
+			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes), Backlog: uint64(backlog)})
 		}
 	})
 	return dst
@@ -341,7 +363,7 @@ func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 	if ownLoadOrigin(r.Origin) {
 		return
 	}
-	ss.loadIDs, ss.loadReq, ss.loadBytes = ss.loadIDs[:0], ss.loadReq[:0], ss.loadBytes[:0]
+	ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadBacklog = ss.loadIDs[:0], ss.loadReq[:0], ss.loadBytes[:0], ss.loadBacklog[:0]
 	for _, u := range r.Upstreams {
 		id, ok := s.upstreamID(u.Upstream)
 		if !ok {
@@ -350,8 +372,9 @@ func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 		ss.loadIDs = append(ss.loadIDs, id)
 		ss.loadReq = append(ss.loadReq, int64(min(u.Requests, maxReportRequests)))
 		ss.loadBytes = append(ss.loadBytes, int64(min(u.Bytes, maxReportBytes)))
+		ss.loadBacklog = append(ss.loadBacklog, int64(min(u.Backlog, maxReportBytes)))
 	}
-	if !s.state.tier.apply(r.Origin, time.Now(), ss.loadIDs, ss.loadReq, ss.loadBytes) {
+	if !s.state.tier.apply(r.Origin, time.Now(), ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadBacklog) {
 		ss.reject(rejectOrigins)
 		return
 	}

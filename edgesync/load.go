@@ -24,9 +24,15 @@ const LoadKind Kind = 3
 //	20      2     upstream count N (0..MaxLoadUpstreams)
 //	22      ...   N entries: upstream length L (1..255), upstream (L bytes,
 //	              printable ASCII), requests (4), bytes (8)
+//	...     8*N   optional: each entry's backlog (8), in entry order
 //
-// A report is LoadHeaderSize + the sum over entries of (13 + L) bytes: 264
-// bytes for 8 upstreams with 14-byte Dials.
+// A report is LoadHeaderSize + the sum over entries of (13 + L) bytes,
+// plus 8 per entry with the backlog section: 302 bytes for 8 upstreams
+// with 14-byte Dials. AppendBinary always writes the backlog section;
+// Decode also accepts reports without it (their backlogs are 0), as
+// edges built before it send them. Those edges drop a report that has
+// it (trailing bytes), so while a tier is upgraded its older edges bound
+// by their own load and the older edges' reports.
 const (
 	LoadHeaderSize = 22
 
@@ -42,6 +48,10 @@ type UpstreamLoad struct {
 	Requests uint32
 	// Bytes of routing text of those requests.
 	Bytes uint64
+	// Backlog is the bytes of those requests' routing text the edge
+	// believes the upstream has yet to prefill (prefill_rate), 0 when
+	// it does not estimate it.
+	Backlog uint64
 }
 
 // LoadReport is what one edge has in flight at each upstream.
@@ -74,6 +84,7 @@ func (r *LoadReport) AppendBinary(dst []byte) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, r.Origin)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Sent))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(n))
+	written := n
 	for _, u := range r.Upstreams {
 		if n == 0 {
 			break
@@ -86,6 +97,17 @@ func (r *LoadReport) AppendBinary(dst []byte) []byte {
 		dst = append(dst, u.Upstream...)
 		dst = binary.LittleEndian.AppendUint32(dst, u.Requests)
 		dst = binary.LittleEndian.AppendUint64(dst, u.Bytes)
+	}
+	n = written
+	for _, u := range r.Upstreams {
+		if n == 0 {
+			break
+		}
+		if !okUpstream(u.Upstream) {
+			continue
+		}
+		n--
+		dst = binary.LittleEndian.AppendUint64(dst, u.Backlog)
 	}
 	return dst
 }
@@ -137,8 +159,12 @@ func (r *LoadReport) Decode(b []byte, maxUpstreams int) error {
 		}
 		off += 1 + l + 12
 	}
+	backlogs := -1 // no backlog section
 	if off != len(b) {
-		return fmt.Errorf("%w: %d bytes after the report's %d", ErrTrailing, len(b)-off, off)
+		if len(b)-off != 8*n {
+			return fmt.Errorf("%w: %d bytes after the report's %d entries, want 0 or %d", ErrTrailing, len(b)-off, n, 8*n)
+		}
+		backlogs = off
 	}
 	r.Origin = binary.LittleEndian.Uint64(b[4:])
 	r.Sent = int64(binary.LittleEndian.Uint64(b[12:]))
@@ -153,6 +179,10 @@ func (r *LoadReport) Decode(b []byte, maxUpstreams int) error {
 		}
 		u.Requests = binary.LittleEndian.Uint32(b[off+1+l:])
 		u.Bytes = binary.LittleEndian.Uint64(b[off+1+l+4:])
+		u.Backlog = 0
+		if backlogs >= 0 {
+			u.Backlog = binary.LittleEndian.Uint64(b[backlogs+8*i:])
+		}
 		off += 1 + l + 12
 	}
 	return nil

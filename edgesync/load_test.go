@@ -10,15 +10,40 @@ import (
 // TestLoadGolden pins the load report's encoding: edges of different
 // versions read each other's.
 func TestLoadGolden(t *testing.T) {
-	r := LoadReport{Origin: 0x0102030405060708, Sent: 1, Upstreams: []UpstreamLoad{{"10.0.0.1:80", 3, 1000}, {"", 9, 9}, {"b:1", 0, 0}}}
+	r := LoadReport{Origin: 0x0102030405060708, Sent: 1, Upstreams: []UpstreamLoad{{"10.0.0.1:80", 3, 1000, 500}, {"", 9, 9, 9}, {"b:1", 0, 0, 1}}}
 	got := hex.EncodeToString(r.AppendBinary(nil))
-	want := "5043" + "01" + "03" + // magic, version, kind
+	entries := "5043" + "01" + "03" + // magic, version, kind
 		"0807060504030201" + "0100000000000000" + // origin, sent
 		"0200" + // two entries (the empty upstream is left out)
 		"0b" + hex.EncodeToString([]byte("10.0.0.1:80")) + "03000000" + "e803000000000000" +
 		"03" + hex.EncodeToString([]byte("b:1")) + "00000000" + "0000000000000000"
+	want := entries + "f401000000000000" + "0100000000000000" // the backlogs
 	if got != want {
 		t.Errorf("AppendBinary =\n%s\nwant\n%s", got, want)
+	}
+	// A report from an edge built before the backlog section: the same
+	// entries, each with no backlog.
+	old, err := hex.DecodeString(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dec LoadReport
+	if err := dec.Decode(old, 0); err != nil {
+		t.Fatalf("a report without backlogs: %v", err)
+	}
+	wantOld := []UpstreamLoad{{"10.0.0.1:80", 3, 1000, 0}, {"b:1", 0, 0, 0}}
+	if !reflect.DeepEqual(dec.Upstreams, wantOld) {
+		t.Errorf("a report without backlogs decodes to %+v, want %+v", dec.Upstreams, wantOld)
+	}
+	if n := len(r.AppendBinary(nil)); n != 22+2*21+11+3 {
+		t.Errorf("report of 2 entries is %d bytes", n)
+	}
+	eight := LoadReport{}
+	for range 8 {
+		eight.Upstreams = append(eight.Upstreams, UpstreamLoad{Upstream: "10.0.0.11:8000"})
+	}
+	if n := len(eight.AppendBinary(nil)); n != 302 {
+		t.Errorf("a report of 8 upstreams with 14-byte Dials is %d bytes, the docs say 302", n)
 	}
 	if KindOf(r.AppendBinary(nil)) != LoadKind {
 		t.Error("KindOf(a load report) is not LoadKind")
@@ -26,7 +51,7 @@ func TestLoadGolden(t *testing.T) {
 }
 
 func TestLoadRoundTrip(t *testing.T) {
-	r := LoadReport{Origin: 42, Sent: -7, Upstreams: []UpstreamLoad{{"10.0.0.11:8000", 17, 1 << 40}, {"engine-2.svc:8000", 0, 5}}}
+	r := LoadReport{Origin: 42, Sent: -7, Upstreams: []UpstreamLoad{{"10.0.0.11:8000", 17, 1 << 40, 1 << 39}, {"engine-2.svc:8000", 0, 5, 0}}}
 	var got LoadReport
 	if err := got.Decode(r.AppendBinary(nil), 0); err != nil {
 		t.Fatal(err)
@@ -41,7 +66,7 @@ func TestLoadRoundTrip(t *testing.T) {
 }
 
 func TestLoadDecodeErrors(t *testing.T) {
-	good := (&LoadReport{Origin: 1, Upstreams: []UpstreamLoad{{"a:1", 1, 1}, {"b:2", 2, 2}}}).AppendBinary(nil)
+	good := (&LoadReport{Origin: 1, Upstreams: []UpstreamLoad{{"a:1", 1, 1, 1}, {"b:2", 2, 2, 2}}}).AppendBinary(nil)
 	placement := (&Message{Origin: 1, Kind: Placed, ChunkSize: 256, Upstream: "a:1", Hashes: []uint64{1}}).AppendBinary(nil)
 	for _, tt := range []struct {
 		name string
@@ -50,8 +75,9 @@ func TestLoadDecodeErrors(t *testing.T) {
 		want error
 	}{
 		{"truncated header", good[:10], 0, ErrTruncated},
-		{"truncated entry", good[:len(good)-3], 0, ErrTruncated},
+		{"truncated entry", good[:len(good)-16-3], 0, ErrTruncated},
 		{"trailing", append(append([]byte{}, good...), 0), 0, ErrTrailing},
+		{"backlogs cut short", good[:len(good)-3], 0, ErrTrailing},
 		{"magic", append([]byte("XX"), good[2:]...), 0, ErrMagic},
 		{"a placement", placement, 0, ErrKind},
 		{"too many", good, 1, ErrHashes},
@@ -67,14 +93,16 @@ func TestLoadDecodeErrors(t *testing.T) {
 // FuzzLoadDecode: any input either fails to decode or re-encodes to the
 // same bytes; it never panics.
 func FuzzLoadDecode(f *testing.F) {
-	f.Add((&LoadReport{Origin: 3, Upstreams: []UpstreamLoad{{"10.0.0.1:8000", 4, 4096}}}).AppendBinary(nil))
+	f.Add((&LoadReport{Origin: 3, Upstreams: []UpstreamLoad{{"10.0.0.1:8000", 4, 4096, 100}}}).AppendBinary(nil))
 	f.Add([]byte("PC\x01\x03"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r LoadReport
 		if r.Decode(b, 0) != nil {
 			return
 		}
-		if again := r.AppendBinary(nil); string(again) != string(b) {
+		// Re-encoded with the backlog section, which b may lack.
+		again := r.AppendBinary(nil)
+		if string(again) != string(b) && string(again) != string(b)+string(make([]byte, 8*len(r.Upstreams))) {
 			t.Fatalf("decoded %x, re-encoded %x", b, again)
 		}
 	})

@@ -136,6 +136,7 @@ http://127.0.0.1:%d {
 			%s
 		}
 		header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}
+		header_down X-PC-Preferred {http.reverse_proxy.prefix_cache.preferred}
 	}
 }
 `, admin, t.TempDir(), freePort(t), freePort(t), site, strings.Join(dials, " "), redisURL, opts)
@@ -430,6 +431,7 @@ type upstreamStats struct {
 	Dial           string `json:"dial"`
 	InFlight       int    `json:"in_flight"`
 	RemoteInFlight int    `json:"remote_in_flight"`
+	RemoteBacklog  int64  `json:"remote_prefill_backlog_bytes"`
 }
 
 func upstreams(t *testing.T, e edge) map[string]upstreamStats {
@@ -498,4 +500,80 @@ func TestLoadBoundHoldsAcrossEdges(t *testing.T) {
 	if _, got, reason := send(t, b.url, "", chat(system, "first", "y", "via B again")); reason != "match" || got != home {
 		t.Errorf("edge B once the tier is idle: %s (%s), want a match on %s", got, reason, home)
 	}
+}
+
+// Cold placement counts the tier's prefill backlog: a long prompt held in
+// flight through edge A is queued prefill at its replica on edge B too,
+// so edge B places the new conversations whose rendezvous winner is that
+// replica elsewhere, by the backlog, rather than behind it.
+func TestColdPlacementCountsTierBacklog(t *testing.T) {
+	r := startRedis(t)
+	bs := newBackends(t, 4)
+	// Only the backlog moves cold requests: no cold bound, and ~20 KB
+	// queued at 1 KiB/s drains in ~20 s, far longer than the test.
+	edges := startTier(t, 2, bs, r.URL(), "cold_load_factor off\n\t\t\tprefill_rate 1KiB")
+	a, b := edges[0], edges[1]
+	waitFor(t, 10*time.Second, "connected", func() bool { return stats(t, a).Sync.Connected && stats(t, b).Sync.Connected })
+	send(t, b.url, "", chat("another", "so that edge B lists its pool in stats"))
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req, _ := http.NewRequest(http.MethodPost, a.url, bytes.NewReader(chat(words("long held prompt", 1300), "hold")))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Hold", "1")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	defer func() {
+		for _, x := range bs {
+			close(x.hold)
+		}
+		wg.Wait()
+	}()
+	var busy string
+	waitFor(t, 5*time.Second, "edge A holds the long prompt", func() bool {
+		for dial, u := range upstreams(t, a) {
+			if u.InFlight == 1 {
+				busy = dial
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 5*time.Second, "edge B sees its backlog", func() bool { return upstreams(t, b)[busy].RemoteBacklog > 10000 })
+
+	moved := 0
+	for i := 0; i < 200 && moved < 3; i++ {
+		req, _ := http.NewRequest(http.MethodPost, b.url, bytes.NewReader(chat(words(fmt.Sprintf("conversation %d", i), 100), "hello")))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("X-PC-Preferred") != busy {
+			continue
+		}
+		moved++
+		reason, got := resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-Backend")
+		if reason != "prefill" || dialOf(bs, got) == busy {
+			t.Errorf("conversation %d through edge B: %s on %s, want prefill away from %s, busy through edge A", i, reason, got, busy)
+		}
+	}
+	if moved < 3 {
+		t.Fatalf("only %d new conversations preferred %s", moved, busy)
+	}
+}
+
+// dialOf returns the address of the backend named name.
+func dialOf(bs []*backend, name string) string {
+	for _, x := range bs {
+		if x.name == name {
+			return x.srv.Listener.Addr().String()
+		}
+	}
+	return ""
 }
