@@ -130,18 +130,15 @@ type upstreamStats struct {
 	InFlightBytes int64 `json:"in_flight_bytes"`
 	// PrefillBacklog is the prefill the upstream is estimated to have
 	// queued, in bytes of routing text, by which cold requests are
-	// placed. 0 when prefill_rate is off.
+	// placed: with sync, of the whole tier's requests. 0 when
+	// prefill_rate is off.
 	PrefillBacklog int64 `json:"prefill_backlog_bytes"`
 	// RemoteInFlight and RemoteInFlightBytes are the other edges' load
 	// at the upstream, as they last reported it (with sync); the bound
 	// counts them with this edge's.
 	RemoteInFlight      int   `json:"remote_in_flight"`
 	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
-	// RemotePrefillBacklog is the other edges' estimates of the prefill
-	// queued at the upstream (with sync and their prefill_rate), which
-	// cold placement adds to PrefillBacklog.
-	RemotePrefillBacklog int64 `json:"remote_prefill_backlog_bytes"`
-	Owned                int   `json:"owned_entries"`
+	Owned               int   `json:"owned_entries"`
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
@@ -272,11 +269,14 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
 					InFlightBytes: s.state.inflight.load(tab.ids[i]),
 				}
-				if s.nsPerByte > 0 {
-					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now)
-				}
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
-				us.RemotePrefillBacklog = s.state.tier.queued(tab.ids[i])
+				if s.nsPerByte > 0 {
+					var remote int64
+					if *s.SyncLoad {
+						remote = us.RemoteInFlightBytes
+					}
+					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now, remote)
+				}
 				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
 						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,

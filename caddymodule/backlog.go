@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
@@ -25,19 +26,39 @@ import (
 // belong to the shared state, like the in-flight bytes: two configs with
 // one index feed the same queues, each at its own prefill_rate, so they
 // should agree on it.
+//
+// With sync, the queue is the tier's: the other edges' load reports say
+// how much uncached text each has sent the upstream (queuedCounters), and
+// what they sent since their previous report joins the queue as this
+// edge's own requests do, a report interval late. Summing the edges'
+// separate estimates instead would drain the queue once per edge with
+// work in it, as if the upstream prefilled each edge's requests at the
+// full rate at once.
 type prefillQueues [prefixindex.MaxIDs + 1]atomic.Int64 // unix ns
+
+// maxQueueNs bounds how far ahead a queue can drain: no prefill queue
+// that routing can tell apart from another is longer than an hour, and
+// the bound keeps the sum within an int64 whatever a report says.
+const maxQueueNs = int64(time.Hour)
 
 // add queues n bytes of prefill at id, at time now (unix ns), for an
 // upstream prefilling nsPerByte nanoseconds per byte.
 func (q *prefillQueues) add(id prefixindex.ID, now int64, n int64, nsPerByte float64) {
-	d := int64(float64(max(n, 0)) * nsPerByte)
+	d := int64(min(float64(max(n, 0))*nsPerByte, float64(maxQueueNs)))
 	for {
 		old := q[id].Load()
-		if q[id].CompareAndSwap(old, max(old, now)+d) {
+		if q[id].CompareAndSwap(old, min(max(old, now)+d, now+maxQueueNs)) {
 			return
 		}
 	}
 }
+
+// queuedCounters counts, per interned upstream, the uncached routing text
+// sent to it since the state was made: what this edge's load reports
+// carry as Queued. It only grows (an upstream's ID is reused only once
+// it has left every pool, and a counter that went backwards reads as a
+// restart on the other edges).
+type queuedCounters [prefixindex.MaxIDs + 1]atomic.Uint64
 
 // load returns the bytes of prefill still queued at id at time now.
 func (q *prefillQueues) load(id prefixindex.ID, now int64, nsPerByte float64) int64 {

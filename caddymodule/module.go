@@ -577,6 +577,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
+	s.state.queued[d.id].Add(uint64(max(uncached, 0)))
 	if s.nsPerByte > 0 {
 		now := time.Now().UnixNano()
 		s.state.prefill.add(d.id, now, uncached, s.prefillNs(d.id, d.chosen, now))
@@ -709,10 +710,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		sc.cands[j].Load = u.NumRequests() + remoteReq
 		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
 		if s.nsPerByte > 0 {
-			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS)
-			if *s.SyncLoad {
-				sc.cands[j].Backlog += s.state.tier.queued(id) // the other edges'
-			}
+			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS, remoteBytes)
 		}
 	}
 
@@ -753,9 +751,11 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 
 // backlog is the prefill queued at id, the upstream at dial, at time
 // now, as cold placement reads it: the fluid estimate, capped by the
-// uncached bytes in flight.
-func (s *PrefixCacheSelection) backlog(id prefixindex.ID, dial string, now int64) int64 {
-	return min(s.state.prefill.load(id, now, s.prefillNs(id, dial, now)), s.state.uncached.load(id))
+// uncached bytes in flight, this edge's and, with sync, the other edges'
+// remote bytes in flight (all they route, for they do not report what of
+// it is uncached).
+func (s *PrefixCacheSelection) backlog(id prefixindex.ID, dial string, now, remote int64) int64 {
+	return min(s.state.prefill.load(id, now, s.prefillNs(id, dial, now)), s.state.uncached.load(id)+remote)
 }
 
 // prefillNs is the nanoseconds per byte of routing text id, the upstream

@@ -54,6 +54,9 @@ type sharedState struct {
 	inflight inflightBytes
 	uncached inflightBytes
 	prefill  prefillQueues
+	// queued counts the uncached text sent to each upstream, for the
+	// load reports.
+	queued queuedCounters
 	// tier is the other edges' load, with sync.
 	tier tierLoad
 	// engines is the latest scrape of each upstream's engine, with

@@ -47,13 +47,15 @@ type syncState struct {
 	limits    edgesync.Limits
 
 	// recv and its buffers are used on the transport's goroutine only.
-	recv        edgesync.Message
-	hashes      []prefixindex.Hash
-	recvLoad    edgesync.LoadReport
-	loadIDs     []prefixindex.ID
-	loadReq     []int64
-	loadBytes   []int64
-	loadBacklog []int64
+	recv       edgesync.Message
+	hashes     []prefixindex.Hash
+	recvLoad   edgesync.LoadReport
+	loadIDs    []prefixindex.ID
+	loadDials  []string
+	loadReq    []int64
+	loadBytes  []int64
+	loadQueued []uint64
+	loadGrown  []int64
 
 	stopLoad chan struct{} // ends reportLoad
 	stopOnce sync.Once

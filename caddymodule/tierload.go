@@ -15,11 +15,11 @@ import (
 // it has in flight at each upstream (requests and bytes of routing text)
 // every loadInterval, and adds what the others report to its own counts
 // before it bounds a candidate, so the load bound holds for the whole
-// tier: four edges admit one allowance onto a replica, not four. With
-// prefill_rate, a report also carries the edge's estimate of the prefill
-// it has queued at each upstream, which the others add to theirs when
-// they place a cold request, so that it goes where the tier has queued
-// least, not where this edge has. A report
+// tier: four edges admit one allowance onto a replica, not four. A report
+// also counts the uncached text the edge has sent each upstream, and the
+// others add what it sent since its previous report to their prefill
+// queues (prefillQueues), so that a cold request goes where the tier has
+// queued least prefill, not where this edge has. A report
 // older than loadTTL (its edge stopped, or the transport is down) does not
 // count, so an edge without fresh reports bounds by its own load alone.
 
@@ -65,7 +65,6 @@ const (
 type tierLoad struct {
 	requests [prefixindex.MaxIDs + 1]atomic.Int64
 	bytes    [prefixindex.MaxIDs + 1]atomic.Int64
-	backlog  [prefixindex.MaxIDs + 1]atomic.Int64
 	ttl      atomic.Int64 // how long a report counts; 0: loadTTL
 
 	mu       sync.Mutex
@@ -78,7 +77,9 @@ type originLoad struct {
 	ids      []prefixindex.ID
 	requests []int64
 	bytes    []int64
-	backlog  []int64
+	// queued is each upstream's Queued as last reported, from which the
+	// next report's growth is taken.
+	queued map[prefixindex.ID]uint64
 }
 
 // apply replaces what origin contributed with its new report, and reports
@@ -87,7 +88,12 @@ type originLoad struct {
 // empty) takes back what origin contributed and keeps no entry for it.
 // The new contribution is added before the old one is taken out, so that
 // a concurrent reader sees at worst both, never too little load.
-func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes, backlog []int64) bool {
+//
+// grown[i] is set to how much queued[i] grew since origin's previous
+// report named ids[i], at most maxReportBytes: 0 the first time, and
+// when it went down (the edge restarted). Applying the same report twice
+// grows nothing the second time.
+func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes []int64, queued []uint64, grown []int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	o := t.byOrigin[origin]
@@ -111,18 +117,24 @@ func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requ
 	for i, id := range ids {
 		t.requests[id].Add(min(max(requests[i], 0), maxReportRequests))
 		t.bytes[id].Add(min(max(bytes[i], 0), maxReportBytes))
-		t.backlog[id].Add(min(max(backlog[i], 0), maxReportBytes))
 	}
 	t.give(o)
 	o.at = at
 	o.ids = append(o.ids[:0], ids...)
 	o.requests = o.requests[:0]
 	o.bytes = o.bytes[:0]
-	o.backlog = o.backlog[:0]
 	for i := range ids {
 		o.requests = append(o.requests, min(max(requests[i], 0), maxReportRequests))
 		o.bytes = append(o.bytes, min(max(bytes[i], 0), maxReportBytes))
-		o.backlog = append(o.backlog, min(max(backlog[i], 0), maxReportBytes))
+	}
+	last := o.queued
+	o.queued = make(map[prefixindex.ID]uint64, len(ids))
+	for i, id := range ids {
+		grown[i] = 0
+		if prev, ok := last[id]; ok && queued[i] > prev {
+			grown[i] = int64(min(queued[i]-prev, maxReportBytes))
+		}
+		o.queued[id] = queued[i]
 	}
 	return true
 }
@@ -149,21 +161,12 @@ func (t *tierLoad) give(o *originLoad) {
 	for i, id := range o.ids {
 		t.requests[id].Add(-o.requests[i])
 		t.bytes[id].Add(-o.bytes[i])
-		t.backlog[id].Add(-o.backlog[i])
 	}
 }
 
 // load returns the other edges' requests and bytes in flight at id.
 func (t *tierLoad) load(id prefixindex.ID) (int, int64) {
 	return int(max(t.requests[id].Load(), 0)), max(t.bytes[id].Load(), 0)
-}
-
-// queued returns the other edges' estimates of the prefill queued at id,
-// summed as last reported: each edge's estimate covers its own requests,
-// so the sum is the tier's. It is up to one report interval old, which
-// on an upstream that prefills while it waits makes it a little high.
-func (t *tierLoad) queued(id prefixindex.ID) int64 {
-	return max(t.backlog[id].Load(), 0)
 }
 
 // edges returns how many other edges reported within loadTTL.
@@ -256,7 +259,7 @@ func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 // appends its encoding to dst.
 func (s *PrefixCacheSelection) appendLoadReport(dst []byte, report *edgesync.LoadReport, now time.Time) []byte {
 	report.Origin, report.Sent = loadOrigin(s.state.key), now.UnixNano()
-	report.Upstreams = s.localLoads(report.Upstreams[:0], now.UnixNano())
+	report.Upstreams = s.localLoads(report.Upstreams[:0])
 	return report.AppendBinary(dst)
 }
 
@@ -283,7 +286,7 @@ func (s *PrefixCacheSelection) reportsForState() bool {
 // where the pools of two states share an upstream, only one of them
 // reports its requests (see requestOwners): the other edges add up the
 // two states' reports.
-func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad, now int64) []edgesync.UpstreamLoad {
+func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesync.UpstreamLoad {
 	owners := requestOwners()
 	seen := map[string]bool{}
 	eachInstance(func(x *PrefixCacheSelection) {
@@ -308,11 +311,11 @@ func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad, now int64
 			if owners[u.Dial] == s.state {
 				requests = uint32(max(u.NumRequests(), 0))
 			}
-			var backlog int64
-			if ok && s.nsPerByte > 0 {
-				backlog = s.backlog(id, u.Dial, now)
+			var queued uint64
+			if ok {
+				queued = s.state.queued[id].Load()
 			}
-			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes), Backlog: uint64(backlog)})
+			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes), Queued: queued})
 		}
 	})
 	return dst
@@ -363,23 +366,36 @@ func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 	if ownLoadOrigin(r.Origin) {
 		return
 	}
-	ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadBacklog = ss.loadIDs[:0], ss.loadReq[:0], ss.loadBytes[:0], ss.loadBacklog[:0]
+	ss.loadIDs, ss.loadDials, ss.loadReq, ss.loadBytes, ss.loadQueued = ss.loadIDs[:0], ss.loadDials[:0], ss.loadReq[:0], ss.loadBytes[:0], ss.loadQueued[:0]
 	for _, u := range r.Upstreams {
 		id, ok := s.upstreamID(u.Upstream)
 		if !ok {
 			continue // not ours: nothing to bound
 		}
 		ss.loadIDs = append(ss.loadIDs, id)
+		ss.loadDials = append(ss.loadDials, u.Upstream)
 		ss.loadReq = append(ss.loadReq, int64(min(u.Requests, maxReportRequests)))
 		ss.loadBytes = append(ss.loadBytes, int64(min(u.Bytes, maxReportBytes)))
-		ss.loadBacklog = append(ss.loadBacklog, int64(min(u.Backlog, maxReportBytes)))
+		ss.loadQueued = append(ss.loadQueued, u.Queued)
 	}
-	if !s.state.tier.apply(r.Origin, time.Now(), ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadBacklog) {
+	ss.loadGrown = grow(ss.loadGrown, len(ss.loadIDs))
+	now := time.Now()
+	if !s.state.tier.apply(r.Origin, now, ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadQueued, ss.loadGrown) {
 		ss.reject(rejectOrigins)
 		return
 	}
 	if len(ss.loadIDs) == 0 {
 		return // about other pools: nothing applied
+	}
+	if s.nsPerByte > 0 {
+		// What the other edge sent since its last report joins the
+		// upstreams' prefill queues, as this edge's requests do.
+		nowNS := now.UnixNano()
+		for i, id := range ss.loadIDs {
+			if n := ss.loadGrown[i]; n > 0 {
+				s.state.prefill.add(id, nowNS, n, s.prefillNs(id, ss.loadDials[i], nowNS))
+			}
+		}
 	}
 	ss.applied[edgesync.LoadKind].Add(1)
 	metrics.syncApplied(edgesync.LoadKind, time.Duration(time.Now().UnixNano()-r.Sent))

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,20 +14,15 @@ func TestTierLoad(t *testing.T) {
 	var tl tierLoad
 	now := time.Now()
 	ids := []prefixindex.ID{1, 2}
-	tl.apply(7, now, ids, []int64{3, 1}, []int64{300, 100}, []int64{200, 0})
-	tl.apply(8, now, ids[:1], []int64{2}, []int64{50}, []int64{40})
+	grown := make([]int64, 2)
+	tl.apply(7, now, ids, []int64{3, 1}, []int64{300, 100}, []uint64{0, 0}, grown)
+	tl.apply(8, now, ids[:1], []int64{2}, []int64{50}, []uint64{0}, grown[:1])
 	if r, b := tl.load(1); r != 5 || b != 350 {
 		t.Errorf("upstream 1: %d requests, %d bytes; want 5 and 350 (two edges)", r, b)
 	}
-	if q := tl.queued(1); q != 240 {
-		t.Errorf("upstream 1: %d bytes queued, want 240 (two edges)", q)
-	}
-	tl.apply(7, now.Add(loadInterval), ids, []int64{0, 4}, []int64{0, 400}, []int64{0, 300})
+	tl.apply(7, now.Add(loadInterval), ids, []int64{0, 4}, []int64{0, 400}, []uint64{0, 0}, grown)
 	if r, _ := tl.load(1); r != 2 {
 		t.Errorf("upstream 1 after edge 7's new report: %d requests, want 2 (the new report replaces the old)", r)
-	}
-	if q1, q2 := tl.queued(1), tl.queued(2); q1 != 40 || q2 != 300 {
-		t.Errorf("after edge 7's new report: %d and %d bytes queued, want 40 and 300", q1, q2)
 	}
 	if r, b := tl.load(2); r != 4 || b != 400 {
 		t.Errorf("upstream 2: %d, %d; want 4, 400", r, b)
@@ -42,7 +38,7 @@ func TestTierLoad(t *testing.T) {
 		t.Errorf("upstream 2: %d requests, want edge 7's 4", r)
 	}
 	tl.expire(now.Add(2 * loadTTL))
-	if r, b := tl.load(2); r != 0 || b != 0 || tl.queued(2) != 0 || tl.edges() != 0 {
+	if r, b := tl.load(2); r != 0 || b != 0 || tl.edges() != 0 {
 		t.Errorf("after every edge went quiet: %d, %d, %d edges; want nothing", r, b, tl.edges())
 	}
 }
@@ -52,7 +48,7 @@ func TestTierLoadTTL(t *testing.T) {
 	var tl tierLoad
 	tl.ttl.Store(int64(5 * 20 * time.Millisecond))
 	now := time.Now()
-	tl.apply(7, now, []prefixindex.ID{1}, []int64{3}, []int64{300}, []int64{0})
+	tl.apply(7, now, []prefixindex.ID{1}, []int64{3}, []int64{300}, []uint64{0}, make([]int64, 1))
 	tl.expire(now.Add(90 * time.Millisecond))
 	if r, _ := tl.load(1); r != 3 {
 		t.Errorf("at 90ms of a 100ms TTL: %d requests, want 3", r)
@@ -60,5 +56,45 @@ func TestTierLoadTTL(t *testing.T) {
 	tl.expire(now.Add(110 * time.Millisecond))
 	if r, _ := tl.load(1); r != 0 {
 		t.Errorf("at 110ms of a 100ms TTL: %d requests, want 0", r)
+	}
+}
+
+// What an edge sent an upstream grows between its reports: the growth is
+// counted once, from the second report naming the upstream on, and a
+// counter that went down (the edge restarted) or a report applied twice
+// grows nothing.
+func TestTierLoadQueuedGrowth(t *testing.T) {
+	var tl tierLoad
+	now := time.Now()
+	ids := []prefixindex.ID{1, 2}
+	zero := []int64{0, 0}
+	apply := func(origin uint64, ids []prefixindex.ID, queued ...uint64) []int64 {
+		t.Helper()
+		grown := make([]int64, len(ids))
+		if !tl.apply(origin, now, ids, zero[:len(ids)], zero[:len(ids)], queued, grown) {
+			t.Fatal("report refused")
+		}
+		return grown
+	}
+	for _, c := range []struct {
+		name   string
+		origin uint64
+		ids    []prefixindex.ID
+		queued []uint64
+		want   []int64
+	}{
+		{"first report: a baseline", 7, ids, []uint64{5000, 100}, []int64{0, 0}},
+		{"grown", 7, ids, []uint64{8000, 100}, []int64{3000, 0}},
+		{"the same report again", 7, ids, []uint64{8000, 100}, []int64{0, 0}},
+		{"another edge's first", 8, ids, []uint64{1 << 40, 1}, []int64{0, 0}},
+		{"restarted: went down", 7, ids, []uint64{10, 100}, []int64{0, 0}},
+		{"after the restart", 7, ids, []uint64{510, 600}, []int64{500, 500}},
+		{"an upstream left the report", 7, ids[1:], []uint64{700}, []int64{100}},
+		{"and came back: a baseline again", 7, ids, []uint64{900, 800}, []int64{0, 100}},
+		{"beyond what a report may add", 8, ids, []uint64{1<<40 + 2*maxReportBytes, 1}, []int64{maxReportBytes, 0}},
+	} {
+		if got := apply(c.origin, c.ids, c.queued...); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: grown %v, want %v", c.name, got, c.want)
+		}
 	}
 }

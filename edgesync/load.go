@@ -24,15 +24,15 @@ const LoadKind Kind = 3
 //	20      2     upstream count N (0..MaxLoadUpstreams)
 //	22      ...   N entries: upstream length L (1..255), upstream (L bytes,
 //	              printable ASCII), requests (4), bytes (8)
-//	...     8*N   optional: each entry's backlog (8), in entry order
+//	...     8*N   optional: each entry's queued (8), in entry order
 //
 // A report is LoadHeaderSize + the sum over entries of (13 + L) bytes,
-// plus 8 per entry with the backlog section: 302 bytes for 8 upstreams
-// with 14-byte Dials. AppendBinary always writes the backlog section;
-// Decode also accepts reports without it (their backlogs are 0), as
-// edges built before it send them. Those edges drop a report that has
-// it (trailing bytes), so while a tier is upgraded its older edges bound
-// by their own load and the older edges' reports.
+// plus 8 per entry with the queued section: 302 bytes for 8 upstreams
+// with 14-byte Dials. AppendBinary always writes the queued section;
+// Decode also accepts reports without it (their Queued are 0), as edges
+// built before it send them. Those edges drop a report that has it
+// (trailing bytes), so while a tier is upgraded its older edges bound by
+// their own load and the older edges' reports.
 const (
 	LoadHeaderSize = 22
 
@@ -48,10 +48,12 @@ type UpstreamLoad struct {
 	Requests uint32
 	// Bytes of routing text of those requests.
 	Bytes uint64
-	// Backlog is the bytes of those requests' routing text the edge
-	// believes the upstream has yet to prefill (prefill_rate), 0 when
-	// it does not estimate it.
-	Backlog uint64
+	// Queued counts the bytes of routing text the edge has sent the
+	// upstream that it did not believe the upstream held: prefill it
+	// gave the upstream to do, since the edge started. It only grows;
+	// another edge adds its growth between two reports to its own model
+	// of the upstream's prefill queue.
+	Queued uint64
 }
 
 // LoadReport is what one edge has in flight at each upstream.
@@ -107,7 +109,7 @@ func (r *LoadReport) AppendBinary(dst []byte) []byte {
 			continue
 		}
 		n--
-		dst = binary.LittleEndian.AppendUint64(dst, u.Backlog)
+		dst = binary.LittleEndian.AppendUint64(dst, u.Queued)
 	}
 	return dst
 }
@@ -159,12 +161,12 @@ func (r *LoadReport) Decode(b []byte, maxUpstreams int) error {
 		}
 		off += 1 + l + 12
 	}
-	backlogs := -1 // no backlog section
+	queued := -1 // no queued section
 	if off != len(b) {
 		if len(b)-off != 8*n {
 			return fmt.Errorf("%w: %d bytes after the report's %d entries, want 0 or %d", ErrTrailing, len(b)-off, n, 8*n)
 		}
-		backlogs = off
+		queued = off
 	}
 	r.Origin = binary.LittleEndian.Uint64(b[4:])
 	r.Sent = int64(binary.LittleEndian.Uint64(b[12:]))
@@ -179,9 +181,9 @@ func (r *LoadReport) Decode(b []byte, maxUpstreams int) error {
 		}
 		u.Requests = binary.LittleEndian.Uint32(b[off+1+l:])
 		u.Bytes = binary.LittleEndian.Uint64(b[off+1+l+4:])
-		u.Backlog = 0
-		if backlogs >= 0 {
-			u.Backlog = binary.LittleEndian.Uint64(b[backlogs+8*i:])
+		u.Queued = 0
+		if queued >= 0 {
+			u.Queued = binary.LittleEndian.Uint64(b[queued+8*i:])
 		}
 		off += 1 + l + 12
 	}

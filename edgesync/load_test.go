@@ -17,23 +17,23 @@ func TestLoadGolden(t *testing.T) {
 		"0200" + // two entries (the empty upstream is left out)
 		"0b" + hex.EncodeToString([]byte("10.0.0.1:80")) + "03000000" + "e803000000000000" +
 		"03" + hex.EncodeToString([]byte("b:1")) + "00000000" + "0000000000000000"
-	want := entries + "f401000000000000" + "0100000000000000" // the backlogs
+	want := entries + "f401000000000000" + "0100000000000000" // queued
 	if got != want {
 		t.Errorf("AppendBinary =\n%s\nwant\n%s", got, want)
 	}
-	// A report from an edge built before the backlog section: the same
-	// entries, each with no backlog.
+	// A report from an edge built before the queued section: the same
+	// entries, each with nothing queued.
 	old, err := hex.DecodeString(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dec LoadReport
 	if err := dec.Decode(old, 0); err != nil {
-		t.Fatalf("a report without backlogs: %v", err)
+		t.Fatalf("a report without queued: %v", err)
 	}
 	wantOld := []UpstreamLoad{{"10.0.0.1:80", 3, 1000, 0}, {"b:1", 0, 0, 0}}
 	if !reflect.DeepEqual(dec.Upstreams, wantOld) {
-		t.Errorf("a report without backlogs decodes to %+v, want %+v", dec.Upstreams, wantOld)
+		t.Errorf("a report without queued decodes to %+v, want %+v", dec.Upstreams, wantOld)
 	}
 	if n := len(r.AppendBinary(nil)); n != 22+2*21+11+3 {
 		t.Errorf("report of 2 entries is %d bytes", n)
@@ -77,7 +77,7 @@ func TestLoadDecodeErrors(t *testing.T) {
 		{"truncated header", good[:10], 0, ErrTruncated},
 		{"truncated entry", good[:len(good)-16-3], 0, ErrTruncated},
 		{"trailing", append(append([]byte{}, good...), 0), 0, ErrTrailing},
-		{"backlogs cut short", good[:len(good)-3], 0, ErrTrailing},
+		{"queued cut short", good[:len(good)-3], 0, ErrTrailing},
 		{"magic", append([]byte("XX"), good[2:]...), 0, ErrMagic},
 		{"a placement", placement, 0, ErrKind},
 		{"too many", good, 1, ErrHashes},
@@ -100,7 +100,7 @@ func FuzzLoadDecode(f *testing.F) {
 		if r.Decode(b, 0) != nil {
 			return
 		}
-		// Re-encoded with the backlog section, which b may lack.
+		// Re-encoded with the queued section, which b may lack.
 		again := r.AppendBinary(nil)
 		if string(again) != string(b) && string(again) != string(b)+string(make([]byte, 8*len(r.Upstreams))) {
 			t.Fatalf("decoded %x, re-encoded %x", b, again)

@@ -217,6 +217,7 @@ type syncStats struct {
 		Connected        bool              `json:"connected"`
 		AppliedPlaced    uint64            `json:"applied_placed"`
 		AppliedConfirmed uint64            `json:"applied_confirmed"`
+		TierEdges        int               `json:"tier_edges"`
 		Rejected         map[string]uint64 `json:"rejected"`
 	} `json:"sync"`
 }
@@ -431,7 +432,7 @@ type upstreamStats struct {
 	Dial           string `json:"dial"`
 	InFlight       int    `json:"in_flight"`
 	RemoteInFlight int    `json:"remote_in_flight"`
-	RemoteBacklog  int64  `json:"remote_prefill_backlog_bytes"`
+	PrefillBacklog int64  `json:"prefill_backlog_bytes"`
 }
 
 func upstreams(t *testing.T, e edge) map[string]upstreamStats {
@@ -515,6 +516,10 @@ func TestColdPlacementCountsTierBacklog(t *testing.T) {
 	a, b := edges[0], edges[1]
 	waitFor(t, 10*time.Second, "connected", func() bool { return stats(t, a).Sync.Connected && stats(t, b).Sync.Connected })
 	send(t, b.url, "", chat("another", "so that edge B lists its pool in stats"))
+	// Edge A reports once it has a pool; its first report is edge B's
+	// baseline of what A has sent each upstream.
+	send(t, a.url, "", chat("warm-up", "so that edge A reports"))
+	waitFor(t, 5*time.Second, "edge B hears edge A", func() bool { return stats(t, b).Sync.TierEdges == 1 })
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -542,7 +547,7 @@ func TestColdPlacementCountsTierBacklog(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 5*time.Second, "edge B sees its backlog", func() bool { return upstreams(t, b)[busy].RemoteBacklog > 10000 })
+	waitFor(t, 5*time.Second, "edge B queues its prefill", func() bool { return upstreams(t, b)[busy].PrefillBacklog > 10000 })
 
 	moved := 0
 	for i := 0; i < 200 && moved < 3; i++ {
