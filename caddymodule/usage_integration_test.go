@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // answersOf returns the answer stats the admin API shows for each
@@ -218,6 +219,12 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 			c := capacityOf(t, admin, h)
 			if c == nil {
 				t.Fatalf("no capacity stats for %s", h)
+			}
+			// The answer is learned from once Caddy has sent its last
+			// byte, which the client may have read first.
+			for deadline := time.Now().Add(5 * time.Second); tc.learn && c["learned"].(float64) == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond) // polling the admin API, bounded by the deadline
+				c = capacityOf(t, admin, h)
 			}
 			learned := c["learned"].(float64)
 			if got := learned > 0; got != tc.learn {
