@@ -40,51 +40,41 @@ type tier struct {
 // processes (StartEdges).
 func startTier(ctx context.Context, cfg Config, upstreams []string, p Policy) (*tier, error) {
 	n := max(1, cfg.Edges)
-	listens, err := ReservePorts(n)
+	t := &tier{}
+	listens, configs, err := t.configs(ctx, cfg, upstreams, p, n)
 	if err != nil {
+		t.stop()
 		return nil, err
 	}
-	configs := make([][]byte, n)
-	for i, addr := range listens {
-		configs[i], err = AdaptCaddyfile(cfg.Caddyfile, map[string]string{
-			"LISTEN":    addr,
-			"UPSTREAMS": strings.Join(upstreams, " "),
-		}, p, cfg.Engine.TimeScale)
-		if err != nil {
-			return nil, err
-		}
-	}
-
-	t := &tier{}
-	if cfg.Sync == SyncRedis {
-		if _, found, err := WithSync(configs[0], SyncRedis, ""); err != nil {
-			return nil, err
-		} else if found > 0 {
-			if t.redis, err = StartRedis(ctx); err != nil {
-				return nil, err
-			}
-			t.sync = SyncRedis
-			for i := range configs {
-				if configs[i], _, err = WithSync(configs[i], SyncRedis, t.redis.URL()); err != nil {
-					t.stop()
-					return nil, err
-				}
-			}
-		}
-	}
-	for _, addr := range listens {
-		t.urls = append(t.urls, "http://"+addr)
-	}
-
 	if n == 1 && !cfg.EdgeProcesses {
 		if err := caddy.Load(configs[0], true); err != nil {
 			t.stop()
 			return nil, fmt.Errorf("loading Caddy config: %w", err)
 		}
 		t.local = true
-	} else if t.edges, err = StartEdges(ctx, configs, listens); err != nil {
-		t.stop()
-		return nil, fmt.Errorf("starting %d edges: %w", n, err)
+	} else {
+		// A reserved port is free only until it is closed: an outgoing
+		// connection of any process on the machine may take it as its
+		// ephemeral port before the edge binds it. Then the tier is
+		// started again on other ports.
+		for attempt := 1; ; attempt++ {
+			t.edges, err = StartEdges(ctx, configs, listens)
+			if err == nil {
+				break
+			}
+			if attempt == portAttempts || !strings.Contains(err.Error(), "address already in use") {
+				t.stop()
+				return nil, fmt.Errorf("starting %d edges: %w", n, err)
+			}
+			if listens, configs, err = t.configs(ctx, cfg, upstreams, p, n); err != nil {
+				t.stop()
+				return nil, err
+			}
+		}
+	}
+	t.urls = nil
+	for _, addr := range listens {
+		t.urls = append(t.urls, "http://"+addr)
 	}
 	if t.redis != nil {
 		// Each edge process holds one subscription per channel.
@@ -94,6 +84,54 @@ func startTier(ctx context.Context, cfg Config, upstreams []string, p Policy) (*
 		}
 	}
 	return t, nil
+}
+
+// reservePorts is ReservePorts; a test replaces it to hand out a taken
+// port.
+var reservePorts = ReservePorts
+
+// portAttempts is how many times a tier of edge processes is started on
+// newly reserved ports when one of them finds its port taken.
+const portAttempts = 3
+
+// configs reserves n listen addresses and returns them with the edges'
+// configurations, syncing through t's redis-server, which it starts the
+// first time it is needed.
+func (t *tier) configs(ctx context.Context, cfg Config, upstreams []string, p Policy, n int) ([]string, [][]byte, error) {
+	listens, err := reservePorts(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	configs := make([][]byte, n)
+	for i, addr := range listens {
+		configs[i], err = AdaptCaddyfile(cfg.Caddyfile, map[string]string{
+			"LISTEN":    addr,
+			"UPSTREAMS": strings.Join(upstreams, " "),
+		}, p, cfg.Engine.TimeScale)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if cfg.Sync != SyncRedis {
+		return listens, configs, nil
+	}
+	if t.redis == nil {
+		if _, found, err := WithSync(configs[0], SyncRedis, ""); err != nil {
+			return nil, nil, err
+		} else if found == 0 {
+			return listens, configs, nil
+		}
+		if t.redis, err = StartRedis(ctx); err != nil {
+			return nil, nil, err
+		}
+		t.sync = SyncRedis
+	}
+	for i := range configs {
+		if configs[i], _, err = WithSync(configs[i], SyncRedis, t.redis.URL()); err != nil {
+			return nil, nil, err
+		}
+	}
+	return listens, configs, nil
 }
 
 // syncConnectTimeout bounds the wait for every edge to subscribe to the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -127,6 +128,52 @@ func benchmarkEdges(t *testing.T, w *workload.Workload, n, sent int, seed uint64
 		t.Errorf("%d edges: hit rate %v, want some hits", n, run.HitRate)
 	}
 	return res
+}
+
+// An edge whose reserved port was taken before it could bind it (by
+// another process's outgoing connection, say) does not fail the run: the
+// tier starts again on other ports.
+func TestTierRetriesTakenPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two Caddy processes")
+	}
+	taken, err := net.Listen("tcp", ":0") // every interface, as a Caddyfile site binds
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	reservePorts = func(n int) ([]string, error) {
+		calls++
+		addrs, err := ReservePorts(n)
+		if calls == 1 && err == nil {
+			addrs[n-1] = fmt.Sprintf("127.0.0.1:%d", port)
+		}
+		return addrs, err
+	}
+	defer func() { reservePorts = ReservePorts }()
+	policies, err := ParsePolicies("round_robin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Edges: 2, Engine: engine.DefaultConfig(), Caddyfile: readCaddyfile(t)}
+	tr, err := startTier(context.Background(), cfg, []string{"127.0.0.1:1"}, policies[0])
+	if err != nil {
+		t.Fatalf("startTier with a taken port: %v", err)
+	}
+	defer tr.stop()
+	if calls != 2 {
+		t.Errorf("ports reserved %d times, want 2", calls)
+	}
+	for _, u := range tr.urls {
+		if u == fmt.Sprintf("http://127.0.0.1:%d", port) {
+			t.Errorf("an edge's URL is the taken port's: %v", tr.urls)
+		}
+	}
+	if len(tr.urls) != 2 || len(tr.edges) != 2 {
+		t.Errorf("%d URLs, %d edges, want 2 of each", len(tr.urls), len(tr.edges))
+	}
 }
 
 func TestEdgeFor(t *testing.T) {
