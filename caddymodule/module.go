@@ -236,10 +236,11 @@ type PrefixCacheSelection struct {
 	SyncHashes string `json:"sync_hashes,omitempty"`
 
 	// Whether the edges also share their load: each publishes its
-	// requests in flight per upstream every 100 ms and bounds each
-	// upstream by the whole tier's. Off, each edge bounds by its own
-	// load (and, with engine_metrics, by the engines' queues).
-	// Default: `true` (with sync).
+	// requests in flight and the uncached text it sent per upstream
+	// every 100 ms, bounds each upstream by the whole tier's requests
+	// and estimates its prefill queue (prefill_rate) from them. Off,
+	// each edge counts its own (and, with engine_metrics, bounds by the
+	// engines' queues). Default: `true` (with sync).
 	SyncLoad *bool `json:"sync_load,omitempty"`
 
 	// How often an edge publishes its load, with sync_load; a report
