@@ -178,8 +178,9 @@ func TestEngineQueueJoinsTheBound(t *testing.T) {
 		name, options string
 		spill         bool
 	}{
-		{"queue on", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t}", true},
+		{"queue on", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t\tqueue on\n\t\t\t}", true},
 		{"queue off", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t\tqueue off\n\t\t\t}", false},
+		{"queue off by default", "engine_metrics {\n\t\t\t\tinterval 200ms\n\t\t\t\ttimeout 200ms\n\t\t\t}", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bs := []*metricsBackend{newMetricsBackend(t, "a"), newMetricsBackend(t, "b")}
