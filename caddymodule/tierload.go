@@ -54,8 +54,8 @@ const (
 	maxLoadOrigins = 256
 	// maxReportRequests and maxReportBytes clamp one edge's reported
 	// load at one upstream: a million requests, 1 TiB of routing text
-	// (maxSize), in flight or in backlog. Summed over maxLoadOrigins
-	// edges they stay far below what an int64 holds.
+	// (maxSize) in flight or sent since its previous report. Summed over
+	// maxLoadOrigins edges they stay far below what an int64 holds.
 	maxReportRequests = 1 << 20
 	maxReportBytes    = maxSize
 )
@@ -78,8 +78,9 @@ type originLoad struct {
 	requests []int64
 	bytes    []int64
 	// queued is each upstream's Queued as last reported, from which the
-	// next report's growth is taken.
-	queued map[prefixindex.ID]uint64
+	// next report's growth is taken; prev is the map before it, kept to
+	// be reused.
+	queued, prev map[prefixindex.ID]uint64
 }
 
 // apply replaces what origin contributed with its new report, and reports
@@ -127,11 +128,14 @@ func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requ
 		o.requests = append(o.requests, min(max(requests[i], 0), maxReportRequests))
 		o.bytes = append(o.bytes, min(max(bytes[i], 0), maxReportBytes))
 	}
-	last := o.queued
-	o.queued = make(map[prefixindex.ID]uint64, len(ids))
+	o.prev, o.queued = o.queued, o.prev
+	if o.queued == nil {
+		o.queued = make(map[prefixindex.ID]uint64, len(ids))
+	}
+	clear(o.queued)
 	for i, id := range ids {
 		grown[i] = 0
-		if prev, ok := last[id]; ok && queued[i] > prev {
+		if prev, ok := o.prev[id]; ok && queued[i] > prev {
 			grown[i] = int64(min(queued[i]-prev, maxReportBytes))
 		}
 		o.queued[id] = queued[i]

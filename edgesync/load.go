@@ -50,9 +50,9 @@ type UpstreamLoad struct {
 	Bytes uint64
 	// Queued counts the bytes of routing text the edge has sent the
 	// upstream that it did not believe the upstream held: prefill it
-	// gave the upstream to do, since the edge started. It only grows;
-	// another edge adds its growth between two reports to its own model
-	// of the upstream's prefill queue.
+	// gave the upstream to do, since the edge made its index. It only
+	// grows; another edge adds its growth between two reports to its
+	// own model of the upstream's prefill queue.
 	Queued uint64
 }
 
