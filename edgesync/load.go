@@ -77,41 +77,39 @@ func KindOf(b []byte) Kind {
 // past MaxLoadUpstreams.
 func (r *LoadReport) AppendBinary(dst []byte) []byte {
 	n := 0
-	for _, u := range r.Upstreams {
-		if okUpstream(u.Upstream) && n < MaxLoadUpstreams {
-			n++
-		}
+	for range r.entries {
+		n++
 	}
 	dst = append(dst, magic[0], magic[1], Version, byte(LoadKind))
 	dst = binary.LittleEndian.AppendUint64(dst, r.Origin)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Sent))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(n))
-	written := n
-	for _, u := range r.Upstreams {
-		if n == 0 {
-			break
-		}
-		if !okUpstream(u.Upstream) {
-			continue
-		}
-		n--
+	for u := range r.entries {
 		dst = append(dst, byte(len(u.Upstream)))
 		dst = append(dst, u.Upstream...)
 		dst = binary.LittleEndian.AppendUint32(dst, u.Requests)
 		dst = binary.LittleEndian.AppendUint64(dst, u.Bytes)
 	}
-	n = written
-	for _, u := range r.Upstreams {
-		if n == 0 {
-			break
-		}
-		if !okUpstream(u.Upstream) {
-			continue
-		}
-		n--
+	for u := range r.entries {
 		dst = binary.LittleEndian.AppendUint64(dst, u.Queued)
 	}
 	return dst
+}
+
+// entries yields the upstreams AppendBinary encodes, in order: those
+// whose name it can encode, at most MaxLoadUpstreams of them.
+func (r *LoadReport) entries(yield func(*UpstreamLoad) bool) {
+	n := 0
+	for i := range r.Upstreams {
+		u := &r.Upstreams[i]
+		if !okUpstream(u.Upstream) {
+			continue
+		}
+		if n == MaxLoadUpstreams || !yield(u) {
+			return
+		}
+		n++
+	}
 }
 
 func okUpstream(s string) bool {

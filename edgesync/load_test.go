@@ -3,6 +3,7 @@ package edgesync
 import (
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -106,4 +107,26 @@ func FuzzLoadDecode(f *testing.F) {
 			t.Fatalf("decoded %x, re-encoded %x", b, again)
 		}
 	})
+}
+
+// A report of more upstreams than the format carries encodes the first
+// MaxLoadUpstreams it can name, each with its queued text.
+func TestLoadAppendCapsEntries(t *testing.T) {
+	var r LoadReport
+	r.Upstreams = append(r.Upstreams, UpstreamLoad{Upstream: "", Queued: 99}) // cannot be named: left out
+	for i := range MaxLoadUpstreams + 10 {
+		r.Upstreams = append(r.Upstreams, UpstreamLoad{Upstream: fmt.Sprintf("u:%d", i), Queued: uint64(i)})
+	}
+	var got LoadReport
+	if err := got.Decode(r.AppendBinary(nil), 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Upstreams) != MaxLoadUpstreams {
+		t.Fatalf("%d entries decoded, want %d", len(got.Upstreams), MaxLoadUpstreams)
+	}
+	last := got.Upstreams[MaxLoadUpstreams-1]
+	if got.Upstreams[0].Upstream != "u:0" || got.Upstreams[0].Queued != 0 ||
+		last.Upstream != fmt.Sprintf("u:%d", MaxLoadUpstreams-1) || last.Queued != MaxLoadUpstreams-1 {
+		t.Errorf("first %+v, last %+v", got.Upstreams[0], last)
+	}
 }
