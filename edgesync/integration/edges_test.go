@@ -467,25 +467,12 @@ func TestLoadBoundHoldsAcrossEdges(t *testing.T) {
 	send(t, b.url, "", chat("another", "so that edge B lists its pool in stats"))
 	system := words("busy-system", 600)
 	_, home, _ := send(t, a.url, "", chat(system, "first"))
-	var dial string
-	for _, x := range bs {
-		if x.name == home {
-			dial = x.srv.Listener.Addr().String()
-		}
-	}
+	dial := dialOf(bs, home)
 	// Two requests held at home through edge A: its bound at two replicas
 	// with no allowance, ceil(1.25 x 3 / 2) = 2, is full.
 	var wg sync.WaitGroup
 	for i := range 2 {
-		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodPost, a.url, bytes.NewReader(chat(system, "first", "x", fmt.Sprintf("held %d", i))))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Hold", "1")
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
+		wg.Go(func() { hold(a.url, chat(system, "first", "x", fmt.Sprintf("held %d", i))) })
 	}
 	waitFor(t, 5*time.Second, "edge A holds two requests at home", func() bool { return upstreams(t, a)[dial].InFlight == 2 })
 	lag := waitFor(t, 5*time.Second, "edge B sees them", func() bool { return upstreams(t, b)[dial].RemoteInFlight == 2 })
@@ -522,15 +509,7 @@ func TestColdPlacementCountsTierBacklog(t *testing.T) {
 	waitFor(t, 5*time.Second, "edge B hears edge A", func() bool { return stats(t, b).Sync.TierEdges == 1 })
 
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		req, _ := http.NewRequest(http.MethodPost, a.url, bytes.NewReader(chat(words("long held prompt", 1300), "hold")))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Hold", "1")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
+	wg.Go(func() { hold(a.url, chat(words("long held prompt", 1300), "hold")) })
 	defer func() {
 		for _, x := range bs {
 			close(x.hold)
@@ -570,6 +549,18 @@ func TestColdPlacementCountsTierBacklog(t *testing.T) {
 	}
 	if moved < 3 {
 		t.Fatalf("only %d new conversations preferred %s", moved, busy)
+	}
+}
+
+// hold posts body with X-Hold, which a backend answers once its hold is
+// closed, and reads the answer; for a goroutine, so it fails nothing.
+func hold(url string, body []byte) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Hold", "1")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
 
