@@ -237,10 +237,12 @@ type PrefixCacheSelection struct {
 
 	// Whether the edges also share their load: each publishes its
 	// requests in flight and the uncached text it sent per upstream
-	// every 100 ms, bounds each upstream by the whole tier's requests
-	// and estimates its prefill queue (prefill_rate) from them. Off,
-	// each edge counts its own (and, with engine_metrics, bounds by the
-	// engines' queues). Default: `true` (with sync).
+	// every 100 ms, and at once (at most once a millisecond) after a
+	// request that queued prefill; each bounds an upstream by the whole
+	// tier's requests and estimates its prefill queue (prefill_rate)
+	// from them. Off, each edge counts its own (and, with
+	// engine_metrics, bounds by the engines' queues). Default: `true`
+	// (with sync).
 	SyncLoad *bool `json:"sync_load,omitempty"`
 
 	// How often an edge publishes its load, with sync_load; a report
@@ -579,6 +581,9 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
 	s.state.queued[d.id].Add(uint64(max(uncached, 0)))
+	if uncached > 0 && s.sync != nil && *s.SyncLoad {
+		s.state.askReport()
+	}
 	if s.nsPerByte > 0 {
 		now := time.Now().UnixNano()
 		s.state.prefill.add(d.id, now, uncached, s.prefillNs(d.id, d.chosen, now))

@@ -59,6 +59,9 @@ type sharedState struct {
 	queued queuedCounters
 	// tier is the other edges' load, with sync.
 	tier tierLoad
+	// reportNow asks the instance that reports the state's load for a
+	// report at once (askReport).
+	reportNow chan struct{}
 	// engines is the latest scrape of each upstream's engine, with
 	// engine_metrics; nil until an instance scrapes.
 	engines atomic.Pointer[engineTable]
@@ -106,11 +109,12 @@ func loadState(chunkSize, maxEntries int) (*sharedState, bool, error) {
 			return nil, fmt.Errorf("creating prefix index: %w", err)
 		}
 		st := &sharedState{
-			key:   key,
-			index: ix,
-			start: time.Now(),
-			stop:  make(chan struct{}),
-			done:  make(chan struct{}),
+			key:       key,
+			index:     ix,
+			start:     time.Now(),
+			reportNow: make(chan struct{}, 1),
+			stop:      make(chan struct{}),
+			done:      make(chan struct{}),
 		}
 		st.clock.Store(1) // 0 in seen means never
 		go st.janitor()

@@ -38,6 +38,7 @@ type fakeBus struct {
 	mu        sync.Mutex
 	published [][]byte
 	subs      []*func([]byte)
+	next      chan struct{} // closed at the next publish (nextPublish)
 }
 
 var fakeBuses sync.Map // name -> *fakeBus
@@ -71,6 +72,10 @@ func (f *fakeTransport) Publish(msg []byte) bool {
 	f.bus.mu.Lock()
 	defer f.bus.mu.Unlock()
 	f.bus.published = append(f.bus.published, bytes.Clone(msg))
+	if f.bus.next != nil {
+		close(f.bus.next)
+		f.bus.next = nil
+	}
 	return true
 }
 
@@ -103,6 +108,16 @@ func (b *fakeBus) deliver(msg []byte) {
 	for _, fn := range subs {
 		(*fn)(msg)
 	}
+}
+
+// nextPublish returns a channel closed at the next publish on b.
+func (b *fakeBus) nextPublish() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next == nil {
+		b.next = make(chan struct{})
+	}
+	return b.next
 }
 
 // loadReports returns the load reports published so far.
@@ -454,5 +469,41 @@ func TestSyncLoadOff(t *testing.T) {
 	busNamed(bus).deliver(loadReport(92, edgesync.UpstreamLoad{Upstream: "10.7.8.1:8000", Requests: 3, Bytes: 300}))
 	if n, _ := on.state.tier.load(id); n != 3 {
 		t.Errorf("with sync_load on: %d remote requests, want 3", n)
+	}
+}
+
+// A request that queues prefill has its edge report its load at once, not
+// a report interval later: requests arrive in bursts, and the other edges
+// place the rest of a burst by what the report says. Reports are due every
+// 10 s here; the request's uncached text must be reported long before.
+func TestQueuedPrefillReportedAtOnce(t *testing.T) {
+	const bus = "report-at-once"
+	s := provisioned(t, &PrefixCacheSelection{
+		MaxEntries:       7013,
+		SyncRaw:          json.RawMessage(fmt.Sprintf(`{"transport":"fake","bus":%q}`, bus)),
+		SyncLoadInterval: caddy.Duration(maxLoadInterval),
+	})
+	b := busNamed(bus)
+	u := s.Select(testPool(2), chatRequest(t, testChat), nil)
+	if u == nil {
+		t.Fatal("Select() = nil with 2 available upstreams")
+	}
+	deadline := time.NewTimer(maxLoadInterval / 4)
+	defer deadline.Stop()
+	for {
+		published := b.nextPublish()
+		for _, r := range b.loadReports(t) {
+			for _, l := range r.Upstreams {
+				if l.Upstream == u.Dial && l.Queued > 0 {
+					return
+				}
+			}
+		}
+		select {
+		case <-published:
+		case <-deadline.C:
+			t.Fatalf("no load report counts the request's uncached text at %s within %v; reports are due every %v",
+				u.Dial, maxLoadInterval/4, maxLoadInterval)
+		}
 	}
 }

@@ -19,7 +19,11 @@ import (
 // also counts the uncached text the edge has sent each upstream, and the
 // others add what it sent since its previous report to their prefill
 // queues (prefillQueues), so that a cold request goes where the tier has
-// queued least prefill, not where this edge has. A report
+// queued least prefill, not where this edge has. A request that queues
+// prefill also asks for a report at once (askReport): requests arrive in
+// bursts, a dozen within a millisecond, and a report interval later the
+// other edges have placed the rest of the burst without knowing of it. A
+// report
 // older than loadTTL (its edge stopped, or the transport is down) does not
 // count, so an edge without fresh reports bounds by its own load alone.
 
@@ -41,6 +45,12 @@ const (
 	// and one every 10 s is too stale to bound anything.
 	minLoadInterval = 10 * time.Millisecond
 	maxLoadInterval = 10 * time.Second
+
+	// minReportGap is the least time between two reports that requests
+	// asked for, so that a burst of placements is one report a
+	// millisecond: at most a thousand a second per edge, each smaller
+	// than the placements that asked for it.
+	minReportGap = time.Millisecond
 )
 
 // Bounds on what load reports can make an edge hold and add up, whatever
@@ -230,30 +240,64 @@ func (s *PrefixCacheSelection) startLoadReports() {
 	}
 }
 
+// askReport asks the instance that reports st's load for a report at
+// once, without waiting: asks made before it reports are one report.
+func (st *sharedState) askReport() {
+	select {
+	case st.reportNow <- struct{}{}:
+	default:
+	}
+}
+
 // reportLoad runs, for an instance with sync, until stop is closed: every
-// loadInterval it publishes the process's load at the upstreams of every
+// loadInterval, and when a request asks (askReport) but at most once per
+// minReportGap, it publishes the process's load at the upstreams of every
 // instance sharing its index (only the lowest-numbered such instance
-// does, so the process reports each upstream once per state), and
-// expires the other edges' stale reports.
+// does, so the process reports each upstream once per state); every
+// loadInterval it also expires the other edges' stale reports.
 func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 	interval := time.Duration(s.SyncLoadInterval)
 	s.state.tier.ttl.Store(int64(5 * interval))
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	gap := time.NewTimer(minReportGap)
+	gap.Stop()
 	var report edgesync.LoadReport
 	var out []byte
+	publish := func(now time.Time) {
+		out = s.appendLoadReport(out[:0], &report, now)
+		if s.sync.transport.Publish(out) {
+			metrics.syncPublished(edgesync.LoadKind)
+		}
+	}
+	// asked is the state's reportNow while s reports for the state, else
+	// nil, so that an instance that does not report leaves the asks to
+	// the one that does.
+	var asked chan struct{}
+	if s.reportsForState() {
+		asked = s.state.reportNow
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-t.C:
 			s.state.tier.expire(now)
+			asked = nil
 			if !s.reportsForState() {
 				continue
 			}
-			out = s.appendLoadReport(out[:0], &report, now)
-			if s.sync.transport.Publish(out) {
-				metrics.syncPublished(edgesync.LoadKind)
+			asked = s.state.reportNow
+			publish(now)
+		case <-asked:
+			publish(time.Now())
+			// Rest for the gap: asks made meanwhile wait in reportNow,
+			// to be one report after it.
+			gap.Reset(minReportGap)
+			select {
+			case <-stop:
+				return
+			case <-gap.C:
 			}
 		}
 	}
