@@ -8,6 +8,9 @@
 #   bash bench/edges/run.sh                          # everything, ~3 h on 2 cores
 #   SEEDS=1 EDGES="1 4" WORKLOADS=chat bash bench/edges/run.sh
 #
+# WORKLOADS may also name mooncake-synthetic, Mooncake's synthetic trace
+# (Poisson arrivals), which the default matrix leaves out.
+#
 # GEN_TS and MC_TS override the time scales (0.5 and 0.2): at 1 the
 # engines run in real time, and the edges' own wall-clock intervals (load
 # reports every 100 ms, scrapes) weigh as they would in production rather
@@ -52,6 +55,10 @@ workload_args() {
 	chat) echo "-time-scale $GEN_TS -workload chat -requests 60 -qps 20" ;;
 	agent) echo "-time-scale $GEN_TS -workload agent -requests 60 -qps 20" ;;
 	mooncake) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000" ;;
+	# The whole synthetic trace, whose arrivals are Poisson: the
+	# conversation trace's timestamps fall on a 3-second grid, so ~10 of
+	# its requests arrive at once every 3 s.
+	mooncake-synthetic) echo "-time-scale $MC_TS -workload mooncake -mooncake ../shared/data/mooncake/synthetic_trace.jsonl -mooncake-duration 0 -kv-blocks 25000 -workload-name mooncake-synthetic" ;;
 	*) echo "unknown workload $1" >&2; exit 2 ;;
 	esac
 }
