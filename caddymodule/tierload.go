@@ -20,12 +20,12 @@ import (
 // others add what it sent since its previous report to their prefill
 // queues (prefillQueues), so that a cold request goes where the tier has
 // queued least prefill, not where this edge has. A request that queues
-// prefill also asks for a report at once (askReport): requests arrive in
-// bursts, a dozen within a millisecond, and a report interval later the
-// other edges have placed the rest of the burst without knowing of it. A
-// report
-// older than loadTTL (its edge stopped, or the transport is down) does not
-// count, so an edge without fresh reports bounds by its own load alone.
+// prefill also asks for a report at once (askReport): requests come in
+// bursts (Mooncake's trace sends ~10 at one timestamp), and a report
+// interval later the other edges have placed the rest of the burst
+// without knowing of it. A report older than loadTTL (its edge stopped,
+// or the transport is down) does not count, so an edge without fresh
+// reports bounds by its own load alone.
 
 const (
 	// loadInterval is the default sync_load_interval, how often an edge
