@@ -241,7 +241,11 @@ func (s *PrefixCacheSelection) startLoadReports() {
 }
 
 // askReport asks the instance that reports st's load for a report at
-// once, without waiting: asks made before it reports are one report.
+// once, without waiting: asks made before it reports are one report. A
+// report asked for as a request starts counts it in flight, and its end
+// is reported at the next interval, so for up to an interval the other
+// edges may count a request that has ended: their bound errs toward
+// spilling, never toward overloading.
 func (st *sharedState) askReport() {
 	select {
 	case st.reportNow <- struct{}{}:

@@ -468,6 +468,19 @@ func TestLoadBoundHoldsAcrossEdges(t *testing.T) {
 	system := words("busy-system", 600)
 	_, home, _ := send(t, a.url, "", chat(system, "first"))
 	dial := dialOf(bs, home)
+	// Edge B reported its request in flight as it placed it: wait for the
+	// report that it ended, so that edge A's bound counts A's own alone.
+	waitFor(t, 5*time.Second, "edge A hears edge B's request end", func() bool {
+		if stats(t, a).Sync.TierEdges != 1 {
+			return false
+		}
+		for _, u := range upstreams(t, a) {
+			if u.RemoteInFlight != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	// Two requests held at home through edge A: its bound at two replicas
 	// with no allowance, ceil(1.25 x 3 / 2) = 2, is full.
 	var wg sync.WaitGroup
