@@ -581,7 +581,7 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
 	s.state.queued[d.id].Add(uint64(max(uncached, 0)))
-	if uncached > 0 && s.sync != nil && *s.SyncLoad {
+	if uncached > 0 && s.sharesLoad() {
 		s.state.askReport()
 	}
 	if s.nsPerByte > 0 {

@@ -232,10 +232,16 @@ func ownLoadOrigin(o uint64) bool {
 	return loadOrigins.set[o]
 }
 
+// sharesLoad reports whether s shares its load with the other edges:
+// sync, with sync_load on.
+func (s *PrefixCacheSelection) sharesLoad() bool {
+	return s.sync != nil && *s.SyncLoad
+}
+
 // startLoadReports starts the instance's load reports, once it is in the
 // list of instances (addInstance), which the reports read.
 func (s *PrefixCacheSelection) startLoadReports() {
-	if s.sync != nil && *s.SyncLoad {
+	if s.sharesLoad() {
 		go s.reportLoad(s.sync.stopLoad)
 	}
 }
@@ -318,12 +324,12 @@ func (s *PrefixCacheSelection) appendLoadReport(dst []byte, report *edgesync.Loa
 // reportsForState reports whether s is the lowest-numbered live instance
 // with sync and sync_load on its index.
 func (s *PrefixCacheSelection) reportsForState() bool {
-	if s.sync == nil || !*s.SyncLoad {
+	if !s.sharesLoad() {
 		return false
 	}
 	lowest := true
 	eachInstance(func(x *PrefixCacheSelection) {
-		if x != s && x.state == s.state && x.sync != nil && *x.SyncLoad && x.id < s.id {
+		if x != s && x.state == s.state && x.sharesLoad() && x.id < s.id {
 			lowest = false
 		}
 	})
@@ -381,7 +387,7 @@ func requestOwners() map[string]*sharedState {
 	syncing := map[*sharedState]bool{}
 	eachInstance(func(x *PrefixCacheSelection) {
 		list = append(list, x)
-		if x.sync != nil && *x.SyncLoad {
+		if x.sharesLoad() {
 			syncing[x.state] = true
 		}
 	})
