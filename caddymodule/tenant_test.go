@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Tenants that hold, through a real Caddy: an empty tenant value is no
@@ -88,7 +89,7 @@ func TestRejectedFloodCannotWipeConfirmedTenant(t *testing.T) {
 				}
 			}
 			port := freePort(t)
-			startCaddy(t, proxySite(port, bs, reasonHeaders, "tenant {http.request.header.Authorization}\n\t\t\tmax_entries 16384\n\t\t\ttenant_share 1"))
+			admin := startCaddyAdmin(t, proxySite(port, bs, reasonHeaders, "tenant {http.request.header.Authorization}\n\t\t\tmax_entries 16384\n\t\t\ttenant_share 1"))
 			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 
 			system := words("victim-system", 800)
@@ -110,6 +111,22 @@ func TestRejectedFloodCannotWipeConfirmedTenant(t *testing.T) {
 				if want := map[bool]int{false: 401, true: 200}[tt.accept]; code != want {
 					t.Fatalf("flood request %d: %d, want %d", i, code, want)
 				}
+			}
+			// The client can read a 401 before Caddy has ended its
+			// request: wait until no flood request's bytes count
+			// against the byte bound, so that only the index decides.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				held := int64(0)
+				for _, n := range inFlightBytes(t, admin) {
+					held += n
+				}
+				if held == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d bytes still in flight after the flood", held)
+				}
+				time.Sleep(5 * time.Millisecond) // polling the admin API, bounded by the deadline
 			}
 			_, got := postAs(t, url, "Bearer victim", chat(system, turn[0], turn[1], "second", "second answer", "third"))
 			if matched := strings.HasPrefix(got, "match"); matched != tt.wantMatch {
