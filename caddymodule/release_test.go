@@ -34,12 +34,14 @@ func waitBuffers(t *testing.T, want int64, why string) {
 	waitFor(t, caddymodule.BodyBuffersHeld, want, why)
 }
 
+// waitFor waits until held() returns want bytes, or fails after a
+// deadline.
 func waitFor(t *testing.T, held func() int64, want int64, why string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for held() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: body buffers hold %d bytes, want %d", why, held(), want)
+			t.Fatalf("%s: %d bytes held, want %d", why, held(), want)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
 	}
