@@ -9,7 +9,9 @@
 #   SEEDS=1 EDGES="1 4" WORKLOADS=chat bash bench/edges/run.sh
 #
 # WORKLOADS may also name mooncake-synthetic, Mooncake's synthetic trace
-# (Poisson arrivals), which the default matrix leaves out.
+# (Poisson arrivals), and mooncake-spread, the conversation trace with the
+# requests of each 3-s timestamp spread over it, which the default matrix
+# leaves out.
 #
 # GEN_TS and MC_TS override the time scales (0.5 and 0.2): at 1 the
 # engines run in real time, and the edges' own wall-clock intervals (load
@@ -59,6 +61,9 @@ workload_args() {
 	# conversation trace's timestamps fall on a 3-second grid, so ~10 of
 	# its requests arrive at once every 3 s.
 	mooncake-synthetic) echo "-time-scale $MC_TS -workload mooncake -mooncake ../shared/data/mooncake/synthetic_trace.jsonl -mooncake-duration 0 -kv-blocks 25000 -workload-name mooncake-synthetic" ;;
+	# The conversation trace with each grid step's requests spread over
+	# its 3 s, in their order, rather than sent at once.
+	mooncake-spread) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000 -mooncake-spread 3s -workload-name mooncake-spread" ;;
 	*) echo "unknown workload $1" >&2; exit 2 ;;
 	esac
 }

@@ -2,10 +2,12 @@ package workload
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -45,8 +47,17 @@ type Mooncake struct {
 	// MaxRequests stops after this many requests; zero keeps all.
 	MaxRequests int
 
-	// Seed salts the sampling hash (not the text, which depends on the
-	// ids alone).
+	// Spread, when positive, moves the requests that share a timestamp
+	// to uniform random times in [timestamp, timestamp+Spread), keeping
+	// their trace order. The conversation trace's timestamps fall on a
+	// ~3 s grid, so ~10 of its requests share each one, and replayed as
+	// they are they arrive at once; spread over the grid's step, they
+	// arrive as the rounded arrivals they stand for may have. Zero
+	// replays the timestamps as they are.
+	Spread time.Duration
+
+	// Seed salts the sampling hash and draws the spread (not the text,
+	// which depends on the ids alone).
 	Seed uint64
 }
 
@@ -142,13 +153,44 @@ func (c Mooncake) Load() (*Workload, MooncakeStats, error) {
 	if span := last - first; span > 0 {
 		rate = float64(len(convs)) / span.Seconds()
 	}
+	desc := fmt.Sprintf("%s from %v for %v, sample %v: %d of %d requests (%d too long, %d sampled out)",
+		c.Path, c.Start, c.Duration, c.Sample, st.Kept, st.Lines, st.TooLong, st.Sampled)
+	if c.Spread > 0 {
+		spread(convs, c.Spread, c.Seed)
+		desc += fmt.Sprintf(", each timestamp's requests spread over %v", c.Spread)
+	}
 	return &Workload{
-		Name: "mooncake",
-		Description: fmt.Sprintf("%s from %v for %v, sample %v: %d of %d requests (%d too long, %d sampled out)",
-			c.Path, c.Start, c.Duration, c.Sample, st.Kept, st.Lines, st.TooLong, st.Sampled),
+		Name:          "mooncake",
+		Description:   desc,
 		Conversations: convs,
 		Rate:          rate,
 	}, st, nil
+}
+
+// spread moves each run of requests that share a start to sorted uniform
+// random times in [start, start+d), so that they keep their order, and
+// then keeps convs sorted by start (a d longer than the gap to the next
+// timestamp interleaves the runs).
+func spread(convs []*Conversation, d time.Duration, seed uint64) {
+	var offsets []time.Duration
+	for i := 0; i < len(convs); {
+		at := convs[i].Start
+		j := i + 1
+		for j < len(convs) && convs[j].Start == at {
+			j++
+		}
+		r := newRNG(seed, uint64(at))
+		offsets = offsets[:0]
+		for range j - i {
+			offsets = append(offsets, time.Duration(r.float()*float64(d)))
+		}
+		slices.Sort(offsets)
+		for k, off := range offsets {
+			convs[i+k].Start = at + off
+		}
+		i = j
+	}
+	slices.SortStableFunc(convs, func(a, b *Conversation) int { return cmp.Compare(a.Start, b.Start) })
 }
 
 // check validates a trace line against the format's invariant.

@@ -3,8 +3,10 @@ package workload
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +280,71 @@ func TestMooncakeLoad(t *testing.T) {
 	os.WriteFile(bad, []byte(`{"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [0]}`+"\n"), 0o644)
 	if _, _, err := (Mooncake{Path: bad}).Load(); err == nil {
 		t.Errorf("Load() of a line whose input_length exceeds its blocks: no error")
+	}
+}
+
+func TestMooncakeSpread(t *testing.T) {
+	// Three requests at 0, two at 3 s, one at 6 s, as on the conversation
+	// trace's grid; the ids name the trace order.
+	lines := []string{
+		`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}`,
+		`{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}`,
+		`{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0, 2]}`,
+		`{"timestamp": 3000, "input_length": 600, "output_length": 1, "hash_ids": [0, 3]}`,
+		`{"timestamp": 3000, "input_length": 600, "output_length": 1, "hash_ids": [0, 4]}`,
+		`{"timestamp": 6000, "input_length": 600, "output_length": 1, "hash_ids": [0, 5]}`,
+	}
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	grid := []time.Duration{0, 0, 0, 3 * time.Second, 3 * time.Second, 6 * time.Second}
+	load := func(spread time.Duration, seed uint64) []*Conversation {
+		t.Helper()
+		w, _, err := Mooncake{Path: path, Spread: spread, Seed: seed}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Conversations
+	}
+
+	for i, c := range load(0, 1) {
+		if c.Start != grid[i] {
+			t.Errorf("no spread: request %d starts at %v, want %v", i, c.Start, grid[i])
+		}
+	}
+
+	starts := func(convs []*Conversation) []time.Duration {
+		var s []time.Duration
+		for _, c := range convs {
+			s = append(s, c.Start)
+		}
+		return s
+	}
+	a := load(3*time.Second, 1)
+	for i, c := range a {
+		// The order is the trace's and each start within its step.
+		if want := fmt.Sprintf("mc-%d", i); c.ID != want {
+			t.Errorf("spread: request %d is %s, want %s", i, c.ID, want)
+		}
+		if c.Start < grid[i] || c.Start >= grid[i]+3*time.Second {
+			t.Errorf("spread: request %d starts at %v, outside [%v, %v)", i, c.Start, grid[i], grid[i]+3*time.Second)
+		}
+	}
+	if s := starts(a); !slices.IsSorted(s) || s[0] == s[1] || s[1] == s[2] {
+		t.Errorf("spread: starts %v, want increasing", s)
+	}
+	if !slices.Equal(starts(a), starts(load(3*time.Second, 1))) {
+		t.Errorf("spread: two loads with one seed differ")
+	}
+	if slices.Equal(starts(a), starts(load(3*time.Second, 2))) {
+		t.Errorf("spread: seeds 1 and 2 give the same starts %v", starts(a))
+	}
+
+	// A spread longer than the grid's step interleaves the steps and
+	// keeps the requests sorted by start.
+	if s := starts(load(10*time.Second, 1)); !slices.IsSorted(s) {
+		t.Errorf("spread 10s: starts %v not sorted", s)
 	}
 }
 

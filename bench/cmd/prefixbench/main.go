@@ -73,6 +73,7 @@ type options struct {
 	mooncakeDuration time.Duration
 	mooncakeSample   float64
 	mooncakeMax      int
+	mooncakeSpread   time.Duration
 
 	workloadName  string
 	edges         int
@@ -109,6 +110,7 @@ func run() error {
 	flag.DurationVar(&o.mooncakeStart, "mooncake-start", 0, "replay the trace from this timestamp")
 	flag.DurationVar(&o.mooncakeDuration, "mooncake-duration", 10*time.Minute, "replay this much of the trace (0: all)")
 	flag.Float64Var(&o.mooncakeSample, "mooncake-sample", 1, "keep this fraction of the trace's conversations")
+	flag.DurationVar(&o.mooncakeSpread, "mooncake-spread", 0, "spread the requests that share a trace timestamp uniformly over this much time after it, in their order, drawn by -seed (the conversation trace's timestamps fall on a 3s grid; 0: send them at once)")
 	flag.IntVar(&o.mooncakeMax, "mooncake-max-tokens", 0, "drop trace requests longer than this, input plus output (default: the engines' context)")
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
@@ -273,6 +275,7 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 			Sample:      o.mooncakeSample,
 			MaxTokens:   maxTokens,
 			MaxRequests: n,
+			Spread:      o.mooncakeSpread,
 			Seed:        o.seed,
 		}.Load()
 	default:
