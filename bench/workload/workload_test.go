@@ -299,9 +299,9 @@ func TestMooncakeSpread(t *testing.T) {
 		t.Fatal(err)
 	}
 	grid := []time.Duration{0, 0, 0, 3 * time.Second, 3 * time.Second, 6 * time.Second}
-	load := func(spread time.Duration, seed uint64) []*Conversation {
+	load := func(d time.Duration, seed uint64) []*Conversation {
 		t.Helper()
-		w, _, err := Mooncake{Path: path, Spread: spread, Seed: seed}.Load()
+		w, _, err := Mooncake{Path: path, Spread: d, Seed: seed}.Load()
 		if err != nil {
 			t.Fatal(err)
 		}
