@@ -19,7 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/enginemetrics"
+	"github.com/prefixcache/caddy-prefixcache/enginemetrics"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 func init() {

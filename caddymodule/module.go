@@ -2,9 +2,9 @@
 // policy: the module and its configuration, the request-body peek, the
 // placeholders it sets, and the state it keeps across config reloads.
 //
-// The algorithm lives elsewhere: caddymodule/dialect turns a request body
-// into routing text, prefixindex hashes that text into chained chunk hashes
-// and remembers which upstream holds which prefix, and selection makes the
+// The algorithm lives elsewhere: dialect turns a request body into
+// routing text, prefixindex hashes that text into chained chunk hashes and
+// remembers which upstream holds which prefix, and selection makes the
 // choice. This package only moves bytes between Caddy and those packages.
 package caddymodule
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/enginemetrics"
+	"github.com/prefixcache/caddy-prefixcache/enginemetrics"
 )
 
 // An upstream's prefill speed is its engine's while the engine's scrapes

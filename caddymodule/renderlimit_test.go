@@ -10,7 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )

@@ -23,7 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/zeebo/xxh3"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 
 	"github.com/prefixcache/caddy-prefixcache/internal/cputime"

@@ -25,7 +25,7 @@ only=${1:-}
 fuzzers=(
 	"./caddymodule FuzzPeek"                # body peek: any body, length, read size, max_body; exact bytes forwarded
 	"./caddymodule FuzzRoutingHashes"       # dialect text + seed + chunker: deterministic, prefix stable, isolated
-	"./caddymodule/dialect FuzzAppend"      # request-body parsers: never panic, prefix stability
+	"./dialect FuzzAppend"                  # request-body parsers: never panic, prefix stability
 	"./prefixindex FuzzChunker"             # chained chunk hashes: the written-out scheme, prefix stable
 	"./selection FuzzChoose"                # the choice: bound respected, order independent
 	"./bench/engine FuzzTokenizePrefix"     # the simulated engine's tokenizer: prefix stable

@@ -25,7 +25,7 @@ run() { # name package regexp [extra go test flags...]
 run select    ./caddymodule 'Benchmark(Select|SelectStages|SelectJSON)$' -benchtime 0.3s
 run upstreams ./caddymodule 'Benchmark(SelectUpstreams|UpstreamKeys|SelectParallel)$' -benchtime 0.3s
 run entries   ./caddymodule 'BenchmarkSelectEntries$' -benchtime 2000x
-run dialect   ./caddymodule/dialect 'BenchmarkAppend$' -benchtime 0.3s
+run dialect   ./dialect 'BenchmarkAppend$' -benchtime 0.3s
 run index     ./prefixindex 'Benchmark(Chunker|Depths|Record|Parallel|Memory)$' -benchtime 0.3s
 run scale     ./prefixindex 'Benchmark(Entries|EntriesParallel|DepthsCandidates|InternNew)$' -benchtime 0.3s
 run choose    ./selection 'Benchmark(Choose|ChooseParts)$' -benchtime 0.3s

@@ -7,7 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 // maxBody is the largest request body the peers read, prefix_cache's

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 // chwblRing is KubeAI's hash ring (internal/loadbalancer/balance_chwbl.go):
@@ -95,7 +95,7 @@ func (rg chwblRing) pick(key uint64, loads []int, factor float64) (int, string) 
 // the first user message for chat-like requests (ChatCompletionRequest's
 // Prefix; its text parts are joined, here with the routing text's "\n"),
 // or of the first prompt for completions. It reads the routing text's
-// structure (see caddymodule/dialect): a message is RS role US content,
+// structure (see dialect): a message is RS role US content,
 // parts start with GS, batch prompts are RS-separated.
 func kubeAIPrefix(text []byte, kind dialect.Kind, n int) []byte {
 	var s []byte

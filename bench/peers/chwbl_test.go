@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 // TestChwblLoadOK's cases are KubeAI's bound evaluated by hand (load <=

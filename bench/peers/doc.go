@@ -29,7 +29,7 @@
 // for Dynamo. docs/peers.md describes the comparison and how to run it.
 //
 // The peers read the prompt as their upstreams do, from the routing text
-// of prefix_cache (see caddymodule/dialect): SGLang joins the message
+// of prefix_cache (see dialect): SGLang joins the message
 // texts with spaces, the vLLM stack with newlines, KubeAI hashes the first
 // user message, llm-d hashes the routing text in place of the messages'
 // JSON; Dynamo tokenizes the body with the engine's own chat template and

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
-// Control bytes of the routing text (see caddymodule/dialect).
+// Control bytes of the routing text (see dialect).
 const (
 	ctlFS = 0x1c // the tools section follows
 	ctlGS = 0x1d // a non-text part follows

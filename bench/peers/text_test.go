@@ -3,7 +3,7 @@ package peers
 import (
 	"testing"
 
-	"github.com/prefixcache/caddy-prefixcache/caddymodule/dialect"
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 func TestMessages(t *testing.T) {
