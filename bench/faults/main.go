@@ -179,18 +179,36 @@ func reportRedis(w io.Writer, results []Result) {
 	fmt.Fprintf(w, "redis-server killed (SIGKILL) at %.0f%% of the run and restarted on the same port at %.0f%%; a request is delayed past the noise above %d x the warm phase's p99:\n\n",
 		100*redisPhaseStart[phaseRedisKilled], 100*redisPhaseStart[phaseRedisRestarted], delayFactor)
 	phases := strings.Join(redisPhaseNames[:phaseRedisRestarted+1], " / ")
-	fmt.Fprintf(w, "| config | policy | edges | sync | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s |\n", phases, phases)
-	fmt.Fprintf(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| config | policy | edges | sync | sent | served | lost | lost by cause | delayed | threshold | p50 %s | p99 %s | one replica, shared prompt, %s | one replica, short prompt, %s |\n", phases, phases, phases, phases)
+	fmt.Fprintf(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		p50, p99 := phaseLatencies(r, phaseRedisRestarted+1)
 		sync := r.Sync
 		if sync == "" {
 			sync = "none (control)"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %d | %d | %s | %d | %v | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %d | %d | %s | %d | %v | %s | %s | %s | %s |\n",
 			r.Config, r.Policy, r.Edges, sync, r.Sent, r.OK, r.Lost, lostCauses(r),
-			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), p50, p99)
+			r.Delayed, r.DelayThreshold.Round(100*time.Microsecond), p50, p99,
+			keptShares(r, sharedPrompt, phaseRedisRestarted+1), keptShares(r, shortPrompt, phaseRedisRestarted+1))
 	}
+	fmt.Fprintf(w, "\none replica: of the conversations with at least two turns served in a phase, those whose turns in it all went to one engine; shared prompt: those opening with one of 8 long system prompts (~3 KB), short prompt: the others (their whole text under min_match's 1 KiB).\n")
+}
+
+// keptShares formats, for the first n phases, the conversations of a
+// kind that kept one replica out of those with two turns or more in the
+// phase.
+func keptShares(r Result, kind, n int) string {
+	var parts []string
+	for p := range n {
+		conv, kept := r.Conversations[kind][p], r.Kept[kind][p]
+		if conv == 0 {
+			parts = append(parts, "-")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d/%d (%.0f%%)", kept, conv, 100*float64(kept)/float64(conv)))
+	}
+	return strings.Join(parts, " / ")
 }
 
 // reportEngines prints one line per engine-fault run, then the requests

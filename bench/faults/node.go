@@ -153,6 +153,9 @@ func (n *node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if eng == nil {
 		panic(http.ErrAbortHandler)
 	}
+	// Which engine answered, for the run's count of conversations that
+	// kept one replica; Caddy passes response headers through.
+	w.Header().Set(engineHeader, n.name)
 	eng.ServeHTTP(w, r)
 }
 

@@ -227,6 +227,63 @@ type Result struct {
 	PhaseP99       [maxPhases]time.Duration
 	Delayed        int
 	DelayThreshold time.Duration
+
+	// Conversations and Kept count, by kind (shortPrompt, sharedPrompt)
+	// and by phase, the conversations that had at least two turns served
+	// in that phase, and those of them whose turns in that phase were all
+	// served by one engine: a conversation that moves pays its whole
+	// prefill again.
+	Conversations [2][maxPhases]int
+	Kept          [2][maxPhases]int
+}
+
+// The kinds of conversation of a run: every other one opens with a long
+// system prompt shared with other conversations (~3 KB), the others with
+// a short one of their own, so that their whole text stays under
+// prefix_cache's default min_match.
+const (
+	shortPrompt  = 0
+	sharedPrompt = 1
+)
+
+// engineHeader names the engine that answered, set by each node.
+const engineHeader = "X-Engine"
+
+// keptOneReplica counts, by phase, the conversations with at least two
+// turns served in that phase (conversations) and those of them whose
+// turns in it all went to one engine (kept). turns holds, for each
+// conversation, the phase and the engine of each served turn in order.
+func keptOneReplica(turns [][]servedTurn) (conversations, kept [maxPhases]int) {
+	for _, conv := range turns {
+		var n [maxPhases]int
+		var first [maxPhases]string
+		var moved [maxPhases]bool
+		for _, t := range conv {
+			if n[t.phase] == 0 {
+				first[t.phase] = t.engine
+			} else if t.engine != first[t.phase] {
+				moved[t.phase] = true
+			}
+			n[t.phase]++
+		}
+		for p := range maxPhases {
+			if n[p] < 2 {
+				continue
+			}
+			conversations[p]++
+			if !moved[p] {
+				kept[p]++
+			}
+		}
+	}
+	return conversations, kept
+}
+
+// servedTurn is one served turn of a conversation: the phase it was sent
+// in and the engine that answered it.
+type servedTurn struct {
+	phase  int32
+	engine string
 }
 
 // Run starts four engines and a Caddy in front of them, sends
@@ -357,6 +414,8 @@ http://%s {
 		latency time.Duration
 		lost    string // "" when served
 	}
+	var convMu sync.Mutex
+	var convTurns [2][][]servedTurn // by kind
 	outcomes := make(chan outcome, 1024)
 	var clients sync.WaitGroup
 	for c := range opts.Clients {
@@ -364,22 +423,27 @@ http://%s {
 			client := &http.Client{Timeout: opts.Timeout}
 			edge := rand.New(rand.NewPCG(uint64(c), 0x65646765))
 			for conv := 0; sending.Err() == nil; conv++ {
-				system := "You are a helpful assistant."
+				system, kind := "You are a helpful assistant.", shortPrompt
 				if conv%2 == 0 {
-					system = systemPrompts[(c+conv/2)%len(systemPrompts)]
+					system, kind = systemPrompts[(c+conv/2)%len(systemPrompts)], sharedPrompt
 				}
 				var history []string
+				var served []servedTurn
 				for turn := 0; turn < 6 && sending.Err() == nil; turn++ {
 					history = append(history, fmt.Sprintf("client %d conversation %d turn %d: %s", c, conv, turn, question))
 					p := phase.Load()
 					start := time.Now()
-					answer, lost := ask(ctx, client, urls[edge.IntN(len(urls))], system, history)
+					answer, by, lost := ask(ctx, client, urls[edge.IntN(len(urls))], system, history)
 					outcomes <- outcome{p, time.Since(start), lost}
 					if lost != "" {
 						break // the user gives up on this conversation
 					}
+					served = append(served, servedTurn{p, by})
 					history = append(history, answer)
 				}
+				convMu.Lock()
+				convTurns[kind] = append(convTurns[kind], served)
+				convMu.Unlock()
 			}
 		})
 	}
@@ -485,6 +549,9 @@ http://%s {
 			res.PhaseP99[p] = ls[len(ls)*99/100]
 		}
 	}
+	for kind, turns := range convTurns {
+		res.Conversations[kind], res.Kept[kind] = keptOneReplica(turns)
+	}
 	res.DelayThreshold = delayFactor * res.PhaseP99[phaseWarm]
 	for _, ls := range byPhase[phaseWarm+1:] {
 		for _, l := range ls {
@@ -507,9 +574,9 @@ http://%s {
 	return res, nil
 }
 
-// ask sends one chat turn and returns the assistant's answer, or why the
-// request was lost.
-func ask(ctx context.Context, client *http.Client, url, system string, history []string) (answer, lost string) {
+// ask sends one chat turn and returns the assistant's answer and the
+// engine that gave it, or why the request was lost.
+func ask(ctx context.Context, client *http.Client, url, system string, history []string) (answer, engine, lost string) {
 	msgs := []map[string]string{{"role": "system", "content": system}}
 	for i, h := range history {
 		role := "user"
@@ -525,17 +592,17 @@ func ask(ctx context.Context, client *http.Client, url, system string, history [
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return "", "client timeout"
+			return "", "", "client timeout"
 		}
-		return "", "transport error"
+		return "", "", "transport error"
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", "truncated response"
+		return "", "", "truncated response"
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Sprintf("status %d", resp.StatusCode)
+		return "", "", fmt.Sprintf("status %d", resp.StatusCode)
 	}
 	var completion struct {
 		Choices []struct {
@@ -545,9 +612,9 @@ func ask(ctx context.Context, client *http.Client, url, system string, history [
 		} `json:"choices"`
 	}
 	if json.Unmarshal(out, &completion) != nil || len(completion.Choices) == 0 {
-		return "", "not a completion"
+		return "", "", "not a completion"
 	}
-	return completion.Choices[0].Message.Content, ""
+	return completion.Choices[0].Message.Content, resp.Header.Get(engineHeader), ""
 }
 
 // systemPrompts are 8 long shared system prompts (~3 KB each), so that
