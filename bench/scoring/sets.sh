@@ -42,15 +42,22 @@ TUNING_SEEDS=(1 2 3)
 SCORING_SEEDS=(11 12 13)
 
 # Mooncake traces: name|prefixbench flags. The tuning set is the first
-# 10 minutes of the conversation trace, the window every earlier round
-# used; the scoring set a later 10 minutes of it (30m-40m) and the whole
-# synthetic trace (17 minutes).
+# 10 minutes of the conversation trace; the scoring set a later 10
+# minutes of it (30m-40m) and the whole synthetic trace (17 minutes).
+# The conversation trace's timestamps sit on a 3 s grid (1,180
+# timestamps for 12,031 requests, up to 28 at one): it is replayed with
+# each timestamp's requests spread over its 3 s step, in trace order,
+# drawn by the seed (-mooncake-spread 3s). Its burst replay, every
+# timestamp's requests at once, is a named stress workload of the
+# scoring set (mooncake-w30m-burst), reported beside it; it tunes
+# nothing.
 TUNING_TRACES=(
-	"mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 10m"
+	"mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 10m -mooncake-spread 3s"
 )
 SCORING_TRACES=(
-	"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 10m -workload-name mooncake-w30m"
-	"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 0 -workload-name mooncake-synthetic"
+	"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 10m -mooncake-spread 3s -workload-name mooncake-w30m"
+	"mooncake-w30m-burst|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 10m -mooncake-spread 0 -workload-name mooncake-w30m-burst"
+	"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 0 -mooncake-spread 0 -workload-name mooncake-synthetic"
 )
 
 if [[ ${SMOKE:-0} == 1 ]]; then
@@ -60,10 +67,11 @@ if [[ ${SMOKE:-0} == 1 ]]; then
 	)
 	TUNING_SEEDS=(1)
 	SCORING_SEEDS=(11)
-	TUNING_TRACES=("mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 15s")
+	TUNING_TRACES=("mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 15s -mooncake-spread 3s")
 	SCORING_TRACES=(
-		"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 15s -workload-name mooncake-w30m"
-		"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 15s -workload-name mooncake-synthetic"
+		"mooncake-w30m|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 15s -mooncake-spread 3s -workload-name mooncake-w30m"
+		"mooncake-w30m-burst|-workload mooncake -mooncake $CONV -mooncake-start 30m -mooncake-duration 15s -mooncake-spread 0 -workload-name mooncake-w30m-burst"
+		"mooncake-synthetic|-workload mooncake -mooncake $SYNTH -mooncake-start 0s -mooncake-duration 15s -mooncake-spread 0 -workload-name mooncake-synthetic"
 	)
 	MC_RUNS=1
 	ENGINES=4

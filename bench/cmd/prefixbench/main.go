@@ -110,7 +110,12 @@ func run() error {
 	flag.DurationVar(&o.mooncakeStart, "mooncake-start", 0, "replay the trace from this timestamp")
 	flag.DurationVar(&o.mooncakeDuration, "mooncake-duration", 10*time.Minute, "replay this much of the trace (0: all)")
 	flag.Float64Var(&o.mooncakeSample, "mooncake-sample", 1, "keep this fraction of the trace's conversations")
-	flag.DurationVar(&o.mooncakeSpread, "mooncake-spread", 0, "spread the requests that share a trace timestamp uniformly over this much time after it, in their order, drawn by -seed (the conversation trace's timestamps fall on a 3s grid; 0: send them at once)")
+	o.mooncakeSpread = workload.SpreadGrid
+	flag.Func("mooncake-spread", "spread the requests that share a trace timestamp uniformly over this much time after it, in their order, drawn by -seed; 'grid' (the default): over the step of the window's timestamps, ~3s on the conversation trace, the trace's resolution on one of distinct timestamps; 0: send them at once, the burst replay", func(s string) error {
+		d, err := parseSpread(s)
+		o.mooncakeSpread = d
+		return err
+	})
 	flag.IntVar(&o.mooncakeMax, "mooncake-max-tokens", 0, "drop trace requests longer than this, input plus output (default: the engines' context)")
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
@@ -342,6 +347,19 @@ func orDefault(n, def int) int {
 func roundRate(r float64) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(r, 'g', 2, 64), 64)
 	return v
+}
+
+// parseSpread parses -mooncake-spread: "grid" or a duration of at least
+// zero.
+func parseSpread(s string) (time.Duration, error) {
+	if s == "grid" {
+		return workload.SpreadGrid, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want grid or a duration of at least 0, got %q", s)
+	}
+	return d, nil
 }
 
 func parseFloats(s string) ([]float64, error) {
