@@ -52,6 +52,11 @@ func generators() []struct {
 			a.SystemTokens, a.MinResultTokens, a.MaxResultTokens = 50, 5, 20
 			return a.Generate()
 		}},
+		{"rag", func(seed uint64) (*Workload, error) {
+			c := DefaultRAG(6, seed)
+			c.SystemTokens, c.CorpusDocs, c.MinDocTokens, c.MaxDocTokens = 50, 20, 10, 30
+			return c.Generate()
+		}},
 	}
 }
 
