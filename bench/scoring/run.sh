@@ -47,7 +47,7 @@ if [[ -n ${EXTRA:-} ]]; then
 	extra_bound=(-no-bound) # the main run has each workload's bound
 fi
 
-for w in "${GEN_WORKLOADS[@]}"; do
+for w in "${GEN_WORKLOADS[@]}" "${HELDOUT_WORKLOADS[@]}"; do
 	name=${w%%|*}
 	read -ra flags <<<"${w#*|}"
 	for seed in "${SCORING_SEEDS[@]}"; do
@@ -64,7 +64,7 @@ for tr in "${SCORING_TRACES[@]}"; do
 		[[ $r == 1 ]] || bound=(-no-bound) # the upper bound is the trace's, computed once
 		done_cell "$OUT/$name-r$r.json" && continue
 		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$run_policies" "${custom[@]}" "${extra_bound[@]}" "${flags[@]}" \
-			"${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
+			-seed $((MC_SCORING_SEED_BASE + r)) "${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
 	done
 done
 

@@ -117,7 +117,7 @@ sweep() {
 		for r in $(seq 1 "$MC_RUNS"); do
 			f=$OUT/$knob-$name-r$r.json
 			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "${custom[@]}" "${knobflags[@]}" "${flags[@]}" \
-				-no-bound -json "$f" -md "${f%.json}.md"
+				-seed $((MC_TUNING_SEED_BASE + r)) -no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done
 	done

@@ -84,7 +84,7 @@ type options struct {
 
 func run() error {
 	var o options
-	flag.StringVar(&o.workloads, "workload", "shared-prefix", "comma-separated workloads: shared-prefix, chat, agent, mooncake")
+	flag.StringVar(&o.workloads, "workload", "shared-prefix", "comma-separated workloads: shared-prefix, chat, agent, rag (retrieval-augmented sessions), mooncake")
 	flag.StringVar(&o.policies, "policies", strings.Join(driver.DefaultPolicyNames, ","), "comma-separated policies (empty, with -custom-policy: only those)")
 	flag.StringVar(&o.qps, "qps", "", "comma-separated ladder of offered request rates (requests per simulated second); default: the workload's own rate")
 	flag.StringVar(&o.users, "users", "", "comma-separated ladder of concurrent users, for a closed-loop replay instead of -qps")
@@ -100,7 +100,7 @@ func run() error {
 	flag.BoolVar(&o.noBound, "no-bound", false, "skip the upper bound")
 	flag.BoolVar(&o.boundOnly, "bound-only", false, "compute and print the workloads' upper bounds, run no policy")
 	flag.Float64Var(&o.workingSet, "working-set", 0.73, "shared-prefix: working set as a fraction of the fleet's total KV cache")
-	flag.IntVar(&o.requests, "requests", 0, "requests (shared-prefix), conversations (chat), runs (agent), or most trace requests (mooncake); 0 for the default")
+	flag.IntVar(&o.requests, "requests", 0, "requests (shared-prefix), conversations (chat), runs (agent), sessions (rag), or most trace requests (mooncake); 0 for the default")
 	flag.Func("custom-policy", "add a policy given as name=JSON selection_policy, e.g. 'pc_4k={\"policy\":\"prefix_cache\",\"min_match\":4096}' (repeatable)", func(s string) error {
 		o.custom = append(o.custom, s)
 		return nil
@@ -263,6 +263,8 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 		w, err = workload.DefaultChat(orDefault(n, 200), o.seed).Generate()
 	case "agent":
 		w, err = workload.DefaultAgent(orDefault(n, 100), o.seed).Generate()
+	case "rag":
+		w, err = workload.DefaultRAG(orDefault(n, 100), o.seed).Generate()
 	case "mooncake":
 		path := o.mooncakePath
 		if path == "" {
@@ -284,7 +286,7 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 			Seed:        o.seed,
 		}.Load()
 	default:
-		return nil, fmt.Errorf("unknown workload %q (known: shared-prefix, chat, agent, mooncake)", name)
+		return nil, fmt.Errorf("unknown workload %q (known: shared-prefix, chat, agent, rag, mooncake)", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workload %s: %w", name, err)
