@@ -26,6 +26,12 @@
 //
 //	go run ./bench/cmd/peertable -svg peers.svg results/*.json
 //
+// With -pick POLICY -knob KNOB -default V [-range lo,hi] it picks a
+// tuning sweep's value of KNOB instead, by the rule of pick.go (and
+// docs/peers.md, "Tuning"), and says whether the range must be extended:
+//
+//	go run ./bench/cmd/peertable -pick peer_sglang -knob cache_threshold -default 0.3 -range 0,1 tuning/*.json
+//
 // With -tiers every run is shown under its policy and its edge tier
 // (tierName: "prefix_cache e4 redis" is prefix_cache through 4 edges
 // syncing over Redis), so that the files of bench/edges/run.sh compare
@@ -54,10 +60,14 @@ func main() {
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
+	pickBase := flag.String("pick", "", "pick a tuning sweep's setting: the default setting's policy, beside variants named POLICY-KNOB-VALUE (see -knob, -default, -range)")
+	pickKnob := flag.String("knob", "", "with -pick: the knob swept")
+	pickDefault := flag.Float64("default", 0, "with -pick: the knob's value in the default setting")
+	pickRange := flag.String("range", "-1e18,1e18", "with -pick: the knob's bounds lo,hi, which an extended range stays within")
 	tiers := flag.Bool("tiers", false, "show each run under its policy and edge tier, e.g. 'prefix_cache e4 redis' (applied before -rename)")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...\n       peertable -pick policy -knob knob -default value [-range lo,hi] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -79,6 +89,22 @@ func main() {
 	if err := renamePolicies(all, *rename); err != nil {
 		fmt.Fprintln(os.Stderr, "peertable:", err)
 		os.Exit(2)
+	}
+	if *pickBase != "" {
+		lo, hi, err := parseRange(*pickRange)
+		if err == nil && *pickKnob == "" {
+			err = fmt.Errorf("-pick needs -knob")
+		}
+		var p *pickResult
+		if err == nil {
+			p, err = pickSetting(all, *pickBase, *pickKnob, *pickDefault, lo, hi)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peertable:", err)
+			os.Exit(1)
+		}
+		writePick(os.Stdout, *pickKnob, p)
+		return
 	}
 	var order []string
 	if *only != "" {
