@@ -319,6 +319,7 @@ type row struct {
 	errors      int
 	imbalance   stat
 	preemptions stat
+	lag         stat // timer lag p99, ms: how starved the machine was
 
 	// The figures of each run, in order, for the paired verdicts.
 	hits, p50s, p90s, p99s []float64
@@ -344,6 +345,7 @@ func summaries(cells []*cell) []*summary {
 				engineP90:   over(runs, func(r *driver.Run) float64 { return r.EngineTTFT.P90 }),
 				imbalance:   over(runs, imbalance),
 				preemptions: over(runs, preemptions),
+				lag:         over(runs, func(r *driver.Run) float64 { return r.TimerLag.P99 }),
 			}
 			for _, run := range runs {
 				r.errors += run.Errors
@@ -397,16 +399,16 @@ func write(w io.Writer, sums []*summary, v verdictRule) error {
 		if engine {
 			head, rule = " engine TTFT p90 (s) |", "---:|"
 		}
-		fmt.Fprintf(w, "| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) |%s errors | requests max/mean | preemptions |\n", head)
-		fmt.Fprintf(w, "|---|---:|---:|---:|---:|%s---:|---:|---:|\n", rule)
+		fmt.Fprintf(w, "| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) |%s errors | requests max/mean | preemptions | timer lag p99 (ms) |\n", head)
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|%s---:|---:|---:|---:|\n", rule)
 		for _, r := range s.rows {
 			cell := ""
 			if engine {
 				cell = " " + r.engineP90.format(2) + " |"
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |%s %d | %s | %s |\n", r.policy, r.runs,
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |%s %d | %s | %s | %s |\n", r.policy, r.runs,
 				r.hit.format(3), r.p50.format(2), r.p90.format(2), cell, r.errors,
-				r.imbalance.format(2), r.preemptions.format(0))
+				r.imbalance.format(2), r.preemptions.format(0), r.lag.format(1))
 		}
 		if cs := comparisons(s, v); len(cs) > 0 {
 			fmt.Fprintf(w, "\nPaired with %s, run by run: the mean difference %s − policy [95%% paired bootstrap interval, %d resamples] and the differences above/below zero; a verdict needs the interval to exclude zero and %d runs of each.\n\n", v.lead, v.lead, Resamples, v.need())

@@ -21,6 +21,8 @@ func TestTable(t *testing.T) {
 		{Workload: "agent", Bound: &driver.Bound{HitRate: 0.88}, Runs: []*driver.Run{
 			run("prefix_cache", 0.76, 0.7), run("peer_a", 0.72, 0.6), run("peer_b", 0.82, 1.1)}},
 	}
+	// The timer lag column: the machine's starvation during each run.
+	results[0].Runs[0].TimerLag.P99, results[1].Runs[0].TimerLag.P99 = 2, 4
 	var b strings.Builder
 	if err := write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache", reference: "peer_a", minRuns: 2}); err != nil {
 		t.Fatal(err)
@@ -28,7 +30,7 @@ func TestTable(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"### agent, 20 QPS (2 repeats; upper bound 0.870 [0.860–0.880])",
-		"| prefix_cache | 2 | 0.780 [0.760–0.800] | 0.00 | 0.60 [0.50–0.70] | 0 |",
+		"| prefix_cache | 2 | 0.780 [0.760–0.800] | 0.00 | 0.60 [0.50–0.70] | 0 | 0.00 | 0 | 3.0 [2.0–4.0] |",
 		// Two runs: the differences are shown, no verdict (5 needed).
 		"| peer_a (reference) | +0.070 [+0.040, +0.100] 2+/0− | too few runs (2, 5 needed) |",
 		"| peer_b | -0.020 [-0.060, +0.020] 1+/1− | too few runs (2, 5 needed) | +0.0000 [+0.0000, +0.0000] 0+/0− | -0.4000 [-0.4000, -0.4000] 0+/2− |",
