@@ -75,9 +75,11 @@ SCORING_TRACES=(
 if [[ ${SMOKE:-0} == 1 ]]; then
 	GEN_WORKLOADS=(
 		"shared|-workload shared-prefix -requests 40 -qps 20"
-		"chat|-workload chat -requests 4 -qps 4"
+		"chat|-workload chat -requests 2 -qps 4"
 	)
-	HELDOUT_WORKLOADS=("rag|-workload rag -requests 6 -qps 10")
+	GEN_TS=0.25
+	MC_TS=0.1
+	HELDOUT_WORKLOADS=("rag|-workload rag -requests 4 -qps 10")
 	TUNING_SEEDS=(1)
 	SCORING_SEEDS=(21)
 	TUNING_TRACES=("mooncake|-workload mooncake -mooncake $CONV -mooncake-start 0s -mooncake-duration 15s -mooncake-spread 3s")

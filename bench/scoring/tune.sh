@@ -9,6 +9,16 @@
 #	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]     # a few minutes
 #	bench/scoring/tune.sh -together OUTDIR KNOB...    # the knobs in one sweep
 #	bench/scoring/tune.sh OUTDIR KNOB=V1,V2           # other values than the knob's own
+#	bench/scoring/tune.sh -procedure OUTDIR [ROUTER...]   # the one tuning procedure
+#
+# -procedure runs the tuning procedure of docs/peers.md ("Tuning") for
+# each ROUTER (none: every router of PROCEDURE_KNOBS): its 8 variant
+# settings beside its default in the same runs, each knob's value picked
+# by peertable -pick, a knob whose pick is at the edge of its range
+# extended one step beyond it (up to MAX_EXTEND extra settings per
+# router), and the router's tuned setting (every knob at its pick)
+# written to OUTDIR/tuned.txt as ROUTER_tuned=JSON, one per line, for
+# run.sh's TUNED. OUTDIR/tuning.md gathers every pick's table.
 #
 # -together runs the selected knobs that share a default policy and
 # prefixbench flags in one sweep, every variant of each beside the one
@@ -26,15 +36,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TOGETHER=0
+PROCEDURE=0
 while [[ ${1:-} == -* ]]; do
 	case $1 in
 	-smoke) export SMOKE=1 ;;
 	-together) TOGETHER=1 ;;
+	-procedure) PROCEDURE=1 ;;
 	*) echo "tune.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
 	shift
 done
-[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] [-together] OUTDIR [KNOB...]" >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] [-together | -procedure] OUTDIR [KNOB... | ROUTER...]" >&2; exit 2; }
 OUT=$1
 shift
 source bench/scoring/sets.sh
@@ -69,6 +81,163 @@ KNOBS=(
 if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"
 		"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|2")
+fi
+
+# The tuning procedure's knobs, each router's own as its upstream
+# exposes them (bench/peers/*.go): router|knob (the JSON key)|default|
+# values beside the default|bounds lo,hi of an extended range. Every
+# router has the same budget: 8 variant settings, and at most
+# MAX_EXTEND more where a pick is at the edge of its range.
+PROCEDURE_KNOBS=(
+	# prefix_cache as Caddyfile.example configures it (PC_FIELDS).
+	"prefix_cache|load_factor|1.25|1.1 1.5|1,8"
+	"prefix_cache|min_match_ratio|0.3|0.1 0.5|0,1"
+	"prefix_cache|load_allowance_bytes|131072|65536 262144|0,16777216"
+	"prefix_cache|prefill_rate|65536|32768 131072|1024,16777216"
+	# cache_weight, the predicted-TTFT cost's weight of the cache hit
+	# given up (issue 38), is not built yet. When it lands, add
+	#   "prefix_cache|cache_weight|DEFAULT|V1 V2 V3|LO,HI"
+	# and take values out of the knobs above so that prefix_cache's
+	# variants stay 8.
+	# SGLang model gateway: cache-aware policy thresholds.
+	"peer_sglang|cache_threshold|0.3|0.1 0.5 0.7|0,1"
+	"peer_sglang|balance_abs_threshold|64|16 32 128|1,4096"
+	"peer_sglang|balance_rel_threshold|1.5|1.25 2|1.01,16"
+	# llm-d inference scheduler: the scorers' weights.
+	"peer_llmd|prefix_weight|3|1 2 5 8|0,64"
+	"peer_llmd|queue_weight|2|1 4|0,64"
+	"peer_llmd|kv_cache_weight|2|1 4|0,64"
+	# KubeAI: CHWBL's load bound and the prefix hashed.
+	"peer_kubeai|mean_load_factor|1.25|1.1 1.5 2 3|1.01,16"
+	"peer_kubeai|prefix_char_length|100|50 200 400 800|1,65536"
+	# vLLM production-stack: the prefix trie's chunk and match threshold.
+	"peer_vllmstack|chunk_size|128|32 64 256 512|8,8192"
+	"peer_vllmstack|match_threshold|0|128 512 2048 8192|0,1048576"
+	# Dynamo's KV router, with KV events (the reference) and without.
+	"peer_dynamo|prefill_load_scale|1|0.5 2 4 8|0.0625,64"
+	"peer_dynamo|overlap_score_credit|1|0.5 1.5 2 3|0,16"
+	"peer_dynamo_approx|prefill_load_scale|1|0.5 2 4 8|0.0625,64"
+	"peer_dynamo_approx|overlap_score_credit|1|0.5 1.5 2 3|0,16"
+)
+MAX_EXTEND=4
+if [[ ${SMOKE:-0} == 1 ]]; then
+	PROCEDURE_KNOBS=(
+		"prefix_cache|min_match_ratio|0.3|0.5|0,1"
+		"peer_sglang|cache_threshold|0.3|0.5|0,1"
+	)
+	MAX_EXTEND=1
+fi
+# prefix_cache's default setting as Caddyfile.example configures it, the
+# fields a variant starts from.
+PC_FIELDS=('"policy":"prefix_cache"' '"load_factor":1.25' '"load_allowance":16' '"min_match":1024' '"prefill_rate":65536' '"fallback":{"policy":"least_conn"}')
+
+# spec_json ROUTER KEY=VALUE...: the router's default selection JSON
+# with those keys set.
+spec_json() {
+	local router=$1 kv f
+	shift
+	local fields=("\"policy\":\"$router\"")
+	[[ $router != prefix_cache ]] || fields=("${PC_FIELDS[@]}")
+	for kv in "$@"; do
+		local keep=()
+		for f in "${fields[@]}"; do
+			[[ $f == "\"${kv%%=*}\":"* ]] || keep+=("$f")
+		done
+		fields=("${keep[@]}" "\"${kv%%=*}\":${kv#*=}")
+	done
+	local IFS=,
+	echo "{${fields[*]}}"
+}
+
+# tuning_runs PREFIX POLICIES CUSTOM...: the tuning set once with
+# POLICIES (maybe empty) and the -custom-policy pairs CUSTOM, into
+# PREFIX-NAME-sSEED.json and PREFIX-NAME-rRUN.json; a file already there
+# is kept, so that a procedure cut short resumes. RUN_FILES lists them.
+tuning_runs() {
+	local prefix=$1 policies=$2 w name seed tr r f flags
+	shift 2
+	RUN_FILES=()
+	for w in "${GEN_WORKLOADS[@]}"; do
+		name=${w%%|*}
+		read -ra flags <<<"${w#*|}"
+		for seed in "${TUNING_SEEDS[@]}"; do
+			f=$prefix-$name-s$seed.json
+			RUN_FILES+=("$f")
+			done_cell "$f" && continue
+			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$policies" "$@" "${flags[@]}" \
+				-seed "$seed" -no-bound -json "$f.tmp" -md "${f%.json}.md"
+			mv "$f.tmp" "$f"
+		done
+	done
+	for tr in "${TUNING_TRACES[@]}"; do
+		name=${tr%%|*}
+		read -ra flags <<<"${tr#*|}"
+		for r in $(seq 1 "$MC_RUNS"); do
+			f=$prefix-$name-r$r.json
+			RUN_FILES+=("$f")
+			done_cell "$f" && continue
+			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "$@" "${flags[@]}" \
+				-seed $((MC_TUNING_SEED_BASE + r)) -no-bound -json "$f.tmp" -md "${f%.json}.md"
+			mv "$f.tmp" "$f"
+		done
+	done
+}
+
+# procedure ROUTER: the tuning procedure for one router.
+procedure() {
+	local router=$1 entry r knob def values bounds v custom=() knobs=()
+	declare -A kdef kbounds
+	for entry in "${PROCEDURE_KNOBS[@]}"; do
+		IFS='|' read -r r knob def values bounds <<<"$entry"
+		[[ $r == "$router" ]] || continue
+		knobs+=("$knob")
+		kdef[$knob]=$def
+		kbounds[$knob]=$bounds
+		for v in $values; do
+			custom+=(-custom-policy "$router-$knob-$v=$(spec_json "$router" "$knob=$v")")
+		done
+	done
+	[[ ${#knobs[@]} -gt 0 ]] || { echo "tune.sh: no knob of router $router in PROCEDURE_KNOBS" >&2; exit 2; }
+	tuning_runs "$OUT/$router" "$router" "${custom[@]}"
+	local base_files=("${RUN_FILES[@]}") extended=0 picks=() line next
+	for knob in "${knobs[@]}"; do
+		local files=("${base_files[@]}") x=0
+		while :; do
+			runlog "$OUT/.bin/peertable" -pick "$router" -knob "$knob" -default "${kdef[$knob]}" -range "${kbounds[$knob]}" \
+				"${files[@]}" >"$OUT/$router-$knob.pick.md"
+			next=$(sed -n 's/^next: //p' "$OUT/$router-$knob.pick.md")
+			[[ -n $next && $extended -lt $MAX_EXTEND ]] || break
+			# The pick is at the edge of the range: one more value beyond.
+			extended=$((extended + 1))
+			x=$((x + 1))
+			tuning_runs "$OUT/$router-$knob-x$x" "" -custom-policy "$router-$knob-$next=$(spec_json "$router" "$knob=$next")"
+			files+=("${RUN_FILES[@]}")
+		done
+		line=$(sed -n 's/^picked: //p' "$OUT/$router-$knob.pick.md")
+		[[ $line == "${kdef[$knob]}" ]] || picks+=("$knob=$line")
+		cat "$OUT/$router-$knob.pick.md" >>"$OUT/tuning.md.tmp"
+		echo >>"$OUT/tuning.md.tmp"
+	done
+	echo "${router}_tuned=$(spec_json "$router" "${picks[@]}")" >>"$OUT/tuned.txt.tmp"
+}
+
+if [[ $PROCEDURE == 1 ]]; then
+	routers=("$@")
+	if [[ ${#routers[@]} == 0 ]]; then
+		for entry in "${PROCEDURE_KNOBS[@]}"; do
+			r=${entry%%|*}
+			[[ " ${routers[*]} " == *" $r "* ]] || routers+=("$r")
+		done
+	fi
+	: >"$OUT/tuned.txt.tmp"
+	: >"$OUT/tuning.md.tmp"
+	for r in "${routers[@]}"; do
+		procedure "$r"
+	done
+	mv "$OUT/tuned.txt.tmp" "$OUT/tuned.txt"
+	mv "$OUT/tuning.md.tmp" "$OUT/tuning.md"
+	echo "tuning procedure done: $OUT/tuned.txt" >&2
+	exit 0
 fi
 
 # A KNOB may be given as KNOB=V1,V2,...: those values replace its own,
