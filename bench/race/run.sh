@@ -51,8 +51,19 @@ fi
 
 renice -n 10 $$ >/dev/null 2>&1 || true # the children inherit it
 
+# same_tree DIR refuses DIR's files unless they were built from the
+# race's tree: a commit made while the race ran would mix builds.
+same_tree() {
+	if ! cmp -s "$1/commit.txt" "$OUT/commit.txt"; then
+		echo "$1 was built from $(head -1 "$1/commit.txt"), not the race's $(head -1 "$OUT/commit.txt")" >&2
+		exit 1
+	fi
+}
+
 bash bench/scoring/tune.sh "${smoke[@]}" -procedure "$OUT/tuning"
+same_tree "$OUT/tuning"
 TUNED=$OUT/tuning/tuned.txt bash bench/scoring/run.sh "${smoke[@]}" "$OUT/scoring"
+same_tree "$OUT/scoring"
 
 {
 	echo "# The race at $(head -1 "$OUT/commit.txt")"
