@@ -12,8 +12,8 @@
 #	bench/scoring/tune.sh -procedure OUTDIR [ROUTER...]   # the one tuning procedure
 #
 # -procedure runs the tuning procedure of docs/peers.md ("Tuning") for
-# each ROUTER (none: every router of PROCEDURE_KNOBS): its 8 variant
-# settings beside its default in the same runs, each knob's value picked
+# each ROUTER (none: every router of PROCEDURE_KNOBS in sets.sh): its 8
+# variant settings beside its default in the same runs, each knob's value picked
 # by peertable -pick, a knob whose pick is at the edge of its range
 # extended one step beyond it (up to MAX_EXTEND extra settings per
 # router), and the router's tuned setting (every knob at its pick)
@@ -82,72 +82,6 @@ if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"
 		"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|2")
 fi
-
-# The tuning procedure's knobs, each router's own as its upstream
-# exposes them (bench/peers/*.go): router|knob (the JSON key)|default|
-# values beside the default|bounds lo,hi of an extended range. Every
-# router has the same budget: 8 variant settings, and at most
-# MAX_EXTEND more where a pick is at the edge of its range.
-PROCEDURE_KNOBS=(
-	# prefix_cache as Caddyfile.example configures it (PC_FIELDS).
-	"prefix_cache|load_factor|1.25|1.1 1.5|1,8"
-	"prefix_cache|min_match_ratio|0.3|0.1 0.5|0,1"
-	"prefix_cache|load_allowance_bytes|131072|65536 262144|0,16777216"
-	"prefix_cache|prefill_rate|65536|32768 131072|1024,16777216"
-	# cache_weight, the predicted-TTFT cost's weight of the cache hit
-	# given up (issue 38), is not built yet. When it lands, add
-	#   "prefix_cache|cache_weight|DEFAULT|V1 V2 V3|LO,HI"
-	# and take values out of the knobs above so that prefix_cache's
-	# variants stay 8.
-	# SGLang model gateway: cache-aware policy thresholds.
-	"peer_sglang|cache_threshold|0.3|0.1 0.5 0.7|0,1"
-	"peer_sglang|balance_abs_threshold|64|16 32 128|1,4096"
-	"peer_sglang|balance_rel_threshold|1.5|1.25 2|1.01,16"
-	# llm-d inference scheduler: the scorers' weights.
-	"peer_llmd|prefix_weight|3|1 2 5 8|0,64"
-	"peer_llmd|queue_weight|2|1 4|0,64"
-	"peer_llmd|kv_cache_weight|2|1 4|0,64"
-	# KubeAI: CHWBL's load bound and the prefix hashed.
-	"peer_kubeai|mean_load_factor|1.25|1.1 1.5 2 3|1.01,16"
-	"peer_kubeai|prefix_char_length|100|50 200 400 800|1,65536"
-	# vLLM production-stack: the prefix trie's chunk and match threshold.
-	"peer_vllmstack|chunk_size|128|32 64 256 512|8,8192"
-	"peer_vllmstack|match_threshold|0|128 512 2048 8192|0,1048576"
-	# Dynamo's KV router, with KV events (the reference) and without.
-	"peer_dynamo|prefill_load_scale|1|0.5 2 4 8|0.0625,64"
-	"peer_dynamo|overlap_score_credit|1|0.5 1.5 2 3|0,16"
-	"peer_dynamo_approx|prefill_load_scale|1|0.5 2 4 8|0.0625,64"
-	"peer_dynamo_approx|overlap_score_credit|1|0.5 1.5 2 3|0,16"
-)
-MAX_EXTEND=4
-if [[ ${SMOKE:-0} == 1 ]]; then
-	PROCEDURE_KNOBS=(
-		"prefix_cache|min_match_ratio|0.3|0.5|0,1"
-		"peer_sglang|cache_threshold|0.3|0.5|0,1"
-	)
-	MAX_EXTEND=1
-fi
-# prefix_cache's default setting as Caddyfile.example configures it, the
-# fields a variant starts from.
-PC_FIELDS=('"policy":"prefix_cache"' '"load_factor":1.25' '"load_allowance":16' '"min_match":1024' '"prefill_rate":65536' '"fallback":{"policy":"least_conn"}')
-
-# spec_json ROUTER KEY=VALUE...: the router's default selection JSON
-# with those keys set.
-spec_json() {
-	local router=$1 kv f
-	shift
-	local fields=("\"policy\":\"$router\"")
-	[[ $router != prefix_cache ]] || fields=("${PC_FIELDS[@]}")
-	for kv in "$@"; do
-		local keep=()
-		for f in "${fields[@]}"; do
-			[[ $f == "\"${kv%%=*}\":"* ]] || keep+=("$f")
-		done
-		fields=("${keep[@]}" "\"${kv%%=*}\":${kv#*=}")
-	done
-	local IFS=,
-	echo "{${fields[*]}}"
-}
 
 # tuning_runs PREFIX POLICIES CUSTOM...: the tuning set once with
 # POLICIES (maybe empty) and the -custom-policy pairs CUSTOM, into
