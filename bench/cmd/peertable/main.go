@@ -2,8 +2,9 @@
 // -json files given as arguments (one per seed or repeat), groups the runs
 // by workload, load and policy, and prints one markdown table per workload
 // and load with each figure's mean and its range over the repeats, then
-// says for each figure how prefix_cache compares with the best other
-// policy (by mean) and, with -reference, with that policy too.
+// how the -lead policy compares with every other, run by run; -reference
+// marks the reference policy (e.g. peer_dynamo, which knows every
+// engine's cache).
 //
 //	go run ./bench/cmd/peertable -lead prefix_cache -reference peer_dynamo results/*.json
 //
