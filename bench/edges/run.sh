@@ -8,10 +8,13 @@
 #   bash bench/edges/run.sh                          # everything, ~3 h on 2 cores
 #   SEEDS=1 EDGES="1 4" WORKLOADS=chat bash bench/edges/run.sh
 #
-# WORKLOADS may also name mooncake-synthetic, Mooncake's synthetic trace
-# (Poisson arrivals), and mooncake-spread, the conversation trace with the
-# requests of each 3-s timestamp spread over it, which the default matrix
-# leaves out.
+# mooncake is the conversation trace with the requests of each 3-s
+# timestamp spread over it, in trace order (prefixbench's default).
+# WORKLOADS may also name mooncake-burst, the same trace with each
+# timestamp's requests sent at once (a stress case), mooncake-spread,
+# the same as mooncake under that name, and mooncake-synthetic,
+# Mooncake's synthetic trace (Poisson arrivals), which the default
+# matrix leaves out.
 #
 # GEN_TS and MC_TS override the time scales (0.5 and 0.2): at 1 the
 # engines run in real time, and the edges' own wall-clock intervals (load
@@ -56,11 +59,14 @@ workload_args() {
 	shared-prefix) echo "-time-scale $GEN_TS -workload shared-prefix -requests 800 -qps 30,80" ;;
 	chat) echo "-time-scale $GEN_TS -workload chat -requests 60 -qps 20" ;;
 	agent) echo "-time-scale $GEN_TS -workload agent -requests 60 -qps 20" ;;
-	mooncake) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000" ;;
+	mooncake) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000 -mooncake-spread 3s" ;;
+	# The conversation trace's bursts as published: each timestamp's
+	# requests (~10, up to 28) at once.
+	mooncake-burst) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000 -mooncake-spread 0 -workload-name mooncake-burst" ;;
 	# The whole synthetic trace, whose arrivals are Poisson: the
 	# conversation trace's timestamps fall on a 3-second grid, so ~10 of
 	# its requests arrive at once every 3 s.
-	mooncake-synthetic) echo "-time-scale $MC_TS -workload mooncake -mooncake ../shared/data/mooncake/synthetic_trace.jsonl -mooncake-duration 0 -kv-blocks 25000 -workload-name mooncake-synthetic" ;;
+	mooncake-synthetic) echo "-time-scale $MC_TS -workload mooncake -mooncake ../shared/data/mooncake/synthetic_trace.jsonl -mooncake-duration 0 -kv-blocks 25000 -mooncake-spread 0 -workload-name mooncake-synthetic" ;;
 	# The conversation trace with each grid step's requests spread over
 	# its 3 s, in their order, rather than sent at once.
 	mooncake-spread) echo "-time-scale $MC_TS -workload mooncake -mooncake-duration 10m -kv-blocks 25000 -mooncake-spread 3s -workload-name mooncake-spread" ;;

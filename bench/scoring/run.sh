@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Runs the scoring set of issue 16 (bench/scoring/sets.sh) once: every
-# policy of $POLICIES on the scoring seeds of the generated workloads, and
-# $MC_RUNS times on each scoring trace window, then summarises them.
+# Runs the scoring set (bench/scoring/sets.sh) once: every policy of
+# $POLICIES on the scoring seeds of the generated workloads and the
+# held-out one, and $MC_RUNS times on each scoring trace window, then
+# summarises them.
 #
 #	bench/scoring/run.sh OUTDIR          # the whole set, ~4 hours
 #	bench/scoring/run.sh -smoke OUTDIR   # a few minutes, to check the pipeline
 #
 # Run again on the same OUTDIR, from the same commit, it resumes: cells
 # whose JSON exists are kept, the others run.
+#
+# TUNED names a file of tuned settings, ROUTER_tuned=JSON per line (what
+# tune.sh -procedure writes): they run in place of the defaults (beside
+# them with DEFAULTS=1), and the summary leads with prefix_cache_tuned
+# against peer_dynamo_tuned as the reference:
+#
+#	TUNED=results-tuning/tuned.txt bench/scoring/run.sh OUTDIR
 #
 # EXTRA runs other policies on the same set instead of $POLICIES, given
 # as prefixbench -custom-policy specs separated by ';' (peers tuned on
@@ -35,6 +43,20 @@ PB=$OUT/.bin/prefixbench
 run_policies=$POLICIES
 custom=()
 extra_bound=()
+LEAD=prefix_cache
+if [[ -n ${TUNED:-} ]]; then
+	# The tuned settings, ROUTER_tuned=JSON per line (tune.sh
+	# -procedure's tuned.txt), in place of the defaults (beside them
+	# with DEFAULTS=1).
+	[[ ${DEFAULTS:-0} == 1 ]] || { run_policies=; POLICIES=; }
+	while IFS= read -r spec; do
+		[[ -n $spec ]] || continue
+		custom+=(-custom-policy "$spec")
+		POLICIES+="${POLICIES:+,}${spec%%=*}"
+	done <"$TUNED"
+	LEAD=prefix_cache_tuned
+	REFERENCE=${REFERENCE}_tuned
+fi
 if [[ -n ${EXTRA:-} ]]; then
 	run_policies= # the custom policies alone
 	POLICIES=
@@ -47,13 +69,14 @@ if [[ -n ${EXTRA:-} ]]; then
 	extra_bound=(-no-bound) # the main run has each workload's bound
 fi
 
-for w in "${GEN_WORKLOADS[@]}"; do
+for w in "${GEN_WORKLOADS[@]}" "${HELDOUT_WORKLOADS[@]}"; do
 	name=${w%%|*}
 	read -ra flags <<<"${w#*|}"
 	for seed in "${SCORING_SEEDS[@]}"; do
 		done_cell "$OUT/$name-s$seed.json" && continue
 		runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$run_policies" "${custom[@]}" "${extra_bound[@]}" "${flags[@]}" \
-			-seed "$seed" -json "$OUT/$name-s$seed.json" -md "$OUT/$name-s$seed.md"
+			-seed "$seed" -json "$OUT/$name-s$seed.json.tmp" -md "$OUT/$name-s$seed.md"
+		mv "$OUT/$name-s$seed.json.tmp" "$OUT/$name-s$seed.json" # a cell's JSON exists only once it has run whole
 	done
 done
 for tr in "${SCORING_TRACES[@]}"; do
@@ -64,7 +87,8 @@ for tr in "${SCORING_TRACES[@]}"; do
 		[[ $r == 1 ]] || bound=(-no-bound) # the upper bound is the trace's, computed once
 		done_cell "$OUT/$name-r$r.json" && continue
 		runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$run_policies" "${custom[@]}" "${extra_bound[@]}" "${flags[@]}" \
-			"${bound[@]}" -json "$OUT/$name-r$r.json" -md "$OUT/$name-r$r.md"
+			-seed $((MC_SCORING_SEED_BASE + r)) "${bound[@]}" -json "$OUT/$name-r$r.json.tmp" -md "$OUT/$name-r$r.md"
+		mv "$OUT/$name-r$r.json.tmp" "$OUT/$name-r$r.json"
 	done
 done
 
@@ -72,6 +96,6 @@ if [[ -n ${EXTRA:-} ]]; then
 	echo "extra policies done: summarise them with the main run, peertable -lead prefix_cache ... MAIN/*.json $OUT/*.json" >&2
 	exit 0
 fi
-runlog "$OUT/.bin/peertable" -lead prefix_cache -reference "$REFERENCE" -policies "$POLICIES" -min-runs "${#SCORING_SEEDS[@]}" \
+runlog "$OUT/.bin/peertable" -lead "$LEAD" -reference "$REFERENCE" -policies "$POLICIES" -min-runs "${#SCORING_SEEDS[@]}" \
 	-svg "$OUT/summary.svg" "$OUT"/*.json >"$OUT/summary.md"
 echo "scoring set done: $OUT/summary.md" >&2

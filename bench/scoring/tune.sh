@@ -9,6 +9,16 @@
 #	bench/scoring/tune.sh -smoke OUTDIR [KNOB...]     # a few minutes
 #	bench/scoring/tune.sh -together OUTDIR KNOB...    # the knobs in one sweep
 #	bench/scoring/tune.sh OUTDIR KNOB=V1,V2           # other values than the knob's own
+#	bench/scoring/tune.sh -procedure OUTDIR [ROUTER...]   # the one tuning procedure
+#
+# -procedure runs the tuning procedure of docs/peers.md ("Tuning") for
+# each ROUTER (none: every router of PROCEDURE_KNOBS in sets.sh): its 8
+# variant settings beside its default in the same runs, each knob's value picked
+# by peertable -pick, a knob whose pick is at the edge of its range
+# extended one step beyond it (up to MAX_EXTEND extra settings per
+# router), and the router's tuned setting (every knob at its pick)
+# written to OUTDIR/tuned.txt as ROUTER_tuned=JSON, one per line, for
+# run.sh's TUNED. OUTDIR/tuning.md gathers every pick's table.
 #
 # -together runs the selected knobs that share a default policy and
 # prefixbench flags in one sweep, every variant of each beside the one
@@ -26,15 +36,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TOGETHER=0
+PROCEDURE=0
 while [[ ${1:-} == -* ]]; do
 	case $1 in
 	-smoke) export SMOKE=1 ;;
 	-together) TOGETHER=1 ;;
+	-procedure) PROCEDURE=1 ;;
 	*) echo "tune.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
 	shift
 done
-[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] [-together] OUTDIR [KNOB...]" >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: bench/scoring/tune.sh [-smoke] [-together | -procedure] OUTDIR [KNOB... | ROUTER...]" >&2; exit 2; }
 OUT=$1
 shift
 source bench/scoring/sets.sh
@@ -69,6 +81,97 @@ KNOBS=(
 if [[ ${SMOKE:-0} == 1 ]]; then
 	KNOBS=("min_match_ratio|prefix_cache|{$PC_BASE,\"min_match_ratio\":|0.5"
 		"dynamo_prefill_load_scale|peer_dynamo|{\"policy\":\"peer_dynamo\",\"prefill_load_scale\":|2")
+fi
+
+# tuning_runs PREFIX POLICIES CUSTOM...: the tuning set once with
+# POLICIES (maybe empty) and the -custom-policy pairs CUSTOM, into
+# PREFIX-NAME-sSEED.json and PREFIX-NAME-rRUN.json; a file already there
+# is kept, so that a procedure cut short resumes. RUN_FILES lists them.
+tuning_runs() {
+	local prefix=$1 policies=$2 w name seed tr r f flags
+	shift 2
+	RUN_FILES=()
+	for w in "${GEN_WORKLOADS[@]}"; do
+		name=${w%%|*}
+		read -ra flags <<<"${w#*|}"
+		for seed in "${TUNING_SEEDS[@]}"; do
+			f=$prefix-$name-s$seed.json
+			RUN_FILES+=("$f")
+			done_cell "$f" && continue
+			runlog "$PB" -engines "$ENGINES" -time-scale "$GEN_TS" -policies "$policies" "$@" "${flags[@]}" \
+				-seed "$seed" -no-bound -json "$f.tmp" -md "${f%.json}.md"
+			mv "$f.tmp" "$f"
+		done
+	done
+	for tr in "${TUNING_TRACES[@]}"; do
+		name=${tr%%|*}
+		read -ra flags <<<"${tr#*|}"
+		for r in $(seq 1 "$MC_RUNS"); do
+			f=$prefix-$name-r$r.json
+			RUN_FILES+=("$f")
+			done_cell "$f" && continue
+			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "$@" "${flags[@]}" \
+				-seed $((MC_TUNING_SEED_BASE + r)) -no-bound -json "$f.tmp" -md "${f%.json}.md"
+			mv "$f.tmp" "$f"
+		done
+	done
+}
+
+# procedure ROUTER: the tuning procedure for one router.
+procedure() {
+	local router=$1 entry r knob def values bounds v custom=() knobs=()
+	declare -A kdef kbounds
+	for entry in "${PROCEDURE_KNOBS[@]}"; do
+		IFS='|' read -r r knob def values bounds <<<"$entry"
+		[[ $r == "$router" ]] || continue
+		knobs+=("$knob")
+		kdef[$knob]=$def
+		kbounds[$knob]=$bounds
+		for v in $values; do
+			custom+=(-custom-policy "$router-$knob-$v=$(spec_json "$router" "$knob=$v")")
+		done
+	done
+	[[ ${#knobs[@]} -gt 0 ]] || { echo "tune.sh: no knob of router $router in PROCEDURE_KNOBS" >&2; exit 2; }
+	tuning_runs "$OUT/$router" "$router" "${custom[@]}"
+	local base_files=("${RUN_FILES[@]}") extended=0 picks=() line next
+	for knob in "${knobs[@]}"; do
+		local files=("${base_files[@]}") x=0
+		while :; do
+			runlog "$OUT/.bin/peertable" -pick "$router" -knob "$knob" -default "${kdef[$knob]}" -range "${kbounds[$knob]}" \
+				"${files[@]}" >"$OUT/$router-$knob.pick.md"
+			next=$(sed -n 's/^next: //p' "$OUT/$router-$knob.pick.md")
+			[[ -n $next && $extended -lt $MAX_EXTEND ]] || break
+			# The pick is at the edge of the range: one more value beyond.
+			extended=$((extended + 1))
+			x=$((x + 1))
+			tuning_runs "$OUT/$router-$knob-x$x" "" -custom-policy "$router-$knob-$next=$(spec_json "$router" "$knob=$next")"
+			files+=("${RUN_FILES[@]}")
+		done
+		line=$(sed -n 's/^picked: //p' "$OUT/$router-$knob.pick.md")
+		[[ $line == "${kdef[$knob]}" ]] || picks+=("$knob=$line")
+		cat "$OUT/$router-$knob.pick.md" >>"$OUT/tuning.md.tmp"
+		echo >>"$OUT/tuning.md.tmp"
+	done
+	echo "${router}_tuned=$(spec_json "$router" "${picks[@]}")" >>"$OUT/tuned.txt.tmp"
+}
+
+if [[ $PROCEDURE == 1 ]]; then
+	routers=("$@")
+	if [[ ${#routers[@]} == 0 ]]; then
+		for entry in "${PROCEDURE_KNOBS[@]}"; do
+			r=${entry%%|*}
+			[[ " ${routers[*]} " == *" $r "* ]] || routers+=("$r")
+		done
+	fi
+	: >"$OUT/tuned.txt.tmp"
+	: >"$OUT/tuning.md.tmp"
+	for r in "${routers[@]}"; do
+		procedure "$r"
+	done
+	mv "$OUT/tuned.txt.tmp" "$OUT/tuned.txt"
+	mv "$OUT/tuning.md.tmp" "$OUT/tuning.md"
+	echo "tuning procedure done: $OUT/tuned.txt" >&2
+	exit 0
 fi
 
 # A KNOB may be given as KNOB=V1,V2,...: those values replace its own,
@@ -117,7 +220,7 @@ sweep() {
 		for r in $(seq 1 "$MC_RUNS"); do
 			f=$OUT/$knob-$name-r$r.json
 			runlog "$PB" -engines "$ENGINES" -time-scale "$MC_TS" -kv-blocks "$MC_KV" -policies "$policies" "${custom[@]}" "${knobflags[@]}" "${flags[@]}" \
-				-no-bound -json "$f" -md "${f%.json}.md"
+				-seed $((MC_TUNING_SEED_BASE + r)) -no-bound -json "$f" -md "${f%.json}.md"
 			files+=("$f")
 		done
 	done

@@ -1,5 +1,6 @@
 // Package workload generates the request streams of the benchmark:
-// shared-prefix groups, multi-turn chat sessions, agentic tool loops and
+// shared-prefix groups, multi-turn chat sessions, agentic tool loops,
+// retrieval-augmented sessions (RAG, the scoring set's held-out shape) and
 // Mooncake trace replay. Every generator is deterministic: the same
 // configuration and seed give byte-identical requests.
 //

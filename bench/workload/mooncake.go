@@ -53,12 +53,33 @@ type Mooncake struct {
 	// ~3 s grid, so ~10 of its requests share each one, and replayed as
 	// they are they arrive at once; spread over the grid's step, they
 	// arrive as the rounded arrivals they stand for may have. Zero
-	// replays the timestamps as they are.
+	// replays the timestamps as they are; SpreadGrid spreads over the
+	// window's grid step (see GridStep).
 	Spread time.Duration
 
 	// Seed salts the sampling hash and draws the spread (not the text,
 	// which depends on the ids alone).
 	Seed uint64
+}
+
+// SpreadGrid, as Mooncake.Spread, spreads each timestamp's requests over
+// the step of the window's grid: GridStep of its starts.
+const SpreadGrid time.Duration = -1
+
+// GridStep returns the step of the grid that convs' starts (sorted) fall
+// on: the smallest gap between two distinct starts, or zero when they
+// hold a single start. On the conversation trace it is ~3 s (its
+// timestamps are multiples of ~3 s, ~10 requests to each); on a trace
+// of distinct timestamps it is the trace's resolution or less, so that
+// spreading over it moves no request past the next one's timestamp.
+func GridStep(convs []*Conversation) time.Duration {
+	var step time.Duration
+	for i := 1; i < len(convs); i++ {
+		if gap := convs[i].Start - convs[i-1].Start; gap > 0 && (step == 0 || gap < step) {
+			step = gap
+		}
+	}
+	return step
 }
 
 // mooncakeLine is one line of a trace.
@@ -80,6 +101,9 @@ type MooncakeStats struct {
 // over the window.
 func (c Mooncake) Load() (*Workload, MooncakeStats, error) {
 	var st MooncakeStats
+	if c.Spread < 0 && c.Spread != SpreadGrid {
+		return nil, st, fmt.Errorf("spread must not be negative, got %v", c.Spread)
+	}
 	f, err := os.Open(c.Path)
 	if err != nil {
 		return nil, st, fmt.Errorf("opening trace: %w", err)
@@ -155,9 +179,13 @@ func (c Mooncake) Load() (*Workload, MooncakeStats, error) {
 	}
 	desc := fmt.Sprintf("%s from %v for %v, sample %v: %d of %d requests (%d too long, %d sampled out)",
 		c.Path, c.Start, c.Duration, c.Sample, st.Kept, st.Lines, st.TooLong, st.Sampled)
-	if c.Spread > 0 {
-		spread(convs, c.Spread, c.Seed)
-		desc += fmt.Sprintf(", each timestamp's requests spread over %v", c.Spread)
+	d := c.Spread
+	if d == SpreadGrid {
+		d = GridStep(convs)
+	}
+	if d > 0 {
+		spread(convs, d, c.Seed)
+		desc += fmt.Sprintf(", each timestamp's requests spread over %v", d)
 	}
 	return &Workload{
 		Name:          "mooncake",

@@ -52,6 +52,11 @@ func generators() []struct {
 			a.SystemTokens, a.MinResultTokens, a.MaxResultTokens = 50, 5, 20
 			return a.Generate()
 		}},
+		{"rag", func(seed uint64) (*Workload, error) {
+			c := DefaultRAG(6, seed)
+			c.SystemTokens, c.CorpusDocs, c.MinDocTokens, c.MaxDocTokens = 50, 20, 10, 30
+			return c.Generate()
+		}},
 	}
 }
 
@@ -346,6 +351,41 @@ func TestMooncakeSpread(t *testing.T) {
 	if s := starts(load(10*time.Second, 1)); !slices.IsSorted(s) {
 		t.Errorf("spread 10s: starts %v not sorted", s)
 	}
+
+	// SpreadGrid spreads over the grid's step, 3 s here: the same
+	// starts as an explicit 3 s.
+	if got, want := starts(load(SpreadGrid, 1)), starts(a); !slices.Equal(got, want) {
+		t.Errorf("SpreadGrid: starts %v, want those of 3s %v", got, want)
+	}
+	if _, _, err := (Mooncake{Path: path, Spread: -time.Second}).Load(); err == nil {
+		t.Errorf("Load with spread -1s: no error")
+	}
+}
+
+func TestGridStep(t *testing.T) {
+	at := func(ms ...int) []*Conversation {
+		var convs []*Conversation
+		for _, m := range ms {
+			convs = append(convs, &Conversation{Start: time.Duration(m) * time.Millisecond})
+		}
+		return convs
+	}
+	for _, tt := range []struct {
+		name   string
+		starts []int
+		want   time.Duration
+	}{
+		{"empty", nil, 0},
+		{"one timestamp", []int{5, 5, 5}, 0},
+		{"3 s grid", []int{0, 0, 0, 3000, 3000, 5999, 9001}, 2999 * time.Millisecond},
+		{"distinct", []int{0, 12, 20, 55}, 8 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := GridStep(at(tt.starts...)); got != tt.want {
+				t.Errorf("GridStep(%v) = %v, want %v", tt.starts, got, tt.want)
+			}
+		})
+	}
 }
 
 func TestMooncakeRealTrace(t *testing.T) {
@@ -359,5 +399,9 @@ func TestMooncakeRealTrace(t *testing.T) {
 	}
 	if st.Kept == 0 || w.Rate <= 0 || len(w.Conversations) != st.Kept {
 		t.Errorf("Load() kept %d, rate %v, %d conversations", st.Kept, w.Rate, len(w.Conversations))
+	}
+	// Its timestamps are on a ~3 s grid.
+	if step := GridStep(w.Conversations); step < 2990*time.Millisecond || step > 3010*time.Millisecond {
+		t.Errorf("GridStep of the conversation trace's first minute = %v, want ~3s", step)
 	}
 }

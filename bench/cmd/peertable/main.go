@@ -2,18 +2,23 @@
 // -json files given as arguments (one per seed or repeat), groups the runs
 // by workload, load and policy, and prints one markdown table per workload
 // and load with each figure's mean and its range over the repeats, then
-// says for each figure how prefix_cache compares with the best other
-// policy (by mean) and, with -reference, with that policy too.
+// how the -lead policy compares with every other, run by run; -reference
+// marks the reference policy (e.g. peer_dynamo, which knows every
+// engine's cache).
 //
 //	go run ./bench/cmd/peertable -lead prefix_cache -reference peer_dynamo results/*.json
 //
-// The verdict is symmetric: "leads" when the lead's range (min–max over
-// the repeats) is entirely better than the other's, "behind" when it is
-// entirely worse, and "tie within spread" when the two ranges overlap,
-// whichever mean is better. A cell gives no verdict, and says so, when
-// either policy has fewer runs than the cell needs: 5 on a Mooncake trace
-// (workloads named mooncake…, whose hit rate swings by ±0.01 between
-// runs), -min-runs elsewhere.
+// Below each cell's table, every other policy is paired with the lead,
+// run by run (the k-th run of each, in the order the files are given: one
+// file holds every policy of a seed on the same arrivals), and the table
+// gives the mean paired difference lead − other of hit rate and TTFT
+// p50/p90/p99 with its 95% paired bootstrap interval (10,000 resamples,
+// a fixed RNG seed) and the signs of the differences. The lead "leads" or
+// is "behind" on hit rate or TTFT p90 only when the interval excludes
+// zero, and ties otherwise; a cell gives no verdict, and says so, with
+// fewer than 5 runs per policy (or -min-runs, if more), or with different
+// numbers of runs of the two policies. The output ends with every cell's
+// verdicts in one table.
 //
 // With -svg FILE it also writes a self-contained SVG chart of the same
 // summaries: a row per workload and load, with token hit rate (the upper
@@ -21,6 +26,12 @@
 // over the range, the -lead policy in colour.
 //
 //	go run ./bench/cmd/peertable -svg peers.svg results/*.json
+//
+// With -pick POLICY -knob KNOB -default V [-range lo,hi] it picks a
+// tuning sweep's value of KNOB instead, by the rule of pick.go (and
+// docs/peers.md, "Tuning"), and says whether the range must be extended:
+//
+//	go run ./bench/cmd/peertable -pick peer_sglang -knob cache_threshold -default 0.3 -range 0,1 tuning/*.json
 //
 // With -tiers every run is shown under its policy and its edge tier
 // (tierName: "prefix_cache e4 redis" is prefix_cache through 4 edges
@@ -46,14 +57,18 @@ import (
 func main() {
 	lead := flag.String("lead", "prefix_cache", "the policy whose lead is checked against every other")
 	reference := flag.String("reference", "", "also compare the lead with this policy, e.g. peer_dynamo (the precise reference)")
-	minRuns := flag.Int("min-runs", 1, "fewest runs per policy and cell for a verdict, outside Mooncake (which needs 5)")
+	minRuns := flag.Int("min-runs", MinPairs, "fewest paired runs per cell for a verdict (at least 5)")
 	only := flag.String("policies", "", "comma-separated policies to show, in this order (default: all, in first-seen order)")
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
+	pickBase := flag.String("pick", "", "pick a tuning sweep's setting: the default setting's policy, beside variants named POLICY-KNOB-VALUE (see -knob, -default, -range)")
+	pickKnob := flag.String("knob", "", "with -pick: the knob swept")
+	pickDefault := flag.Float64("default", 0, "with -pick: the knob's value in the default setting")
+	pickRange := flag.String("range", "-1e18,1e18", "with -pick: the knob's bounds lo,hi, which an extended range stays within")
 	tiers := flag.Bool("tiers", false, "show each run under its policy and edge tier, e.g. 'prefix_cache e4 redis' (applied before -rename)")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...\n       peertable -pick policy -knob knob -default value [-range lo,hi] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -75,6 +90,22 @@ func main() {
 	if err := renamePolicies(all, *rename); err != nil {
 		fmt.Fprintln(os.Stderr, "peertable:", err)
 		os.Exit(2)
+	}
+	if *pickBase != "" {
+		lo, hi, err := parseRange(*pickRange)
+		if err == nil && *pickKnob == "" {
+			err = fmt.Errorf("-pick needs -knob")
+		}
+		var p *pickResult
+		if err == nil {
+			p, err = pickSetting(all, *pickBase, *pickKnob, *pickDefault, lo, hi)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peertable:", err)
+			os.Exit(1)
+		}
+		writePick(os.Stdout, *pickKnob, p)
+		return
 	}
 	var order []string
 	if *only != "" {
@@ -289,6 +320,10 @@ type row struct {
 	errors      int
 	imbalance   stat
 	preemptions stat
+	lag         stat // timer lag p99, ms: how starved the machine was
+
+	// The figures of each run, in order, for the paired verdicts.
+	hits, p50s, p90s, p99s []float64
 }
 
 func summaries(cells []*cell) []*summary {
@@ -311,9 +346,14 @@ func summaries(cells []*cell) []*summary {
 				engineP90:   over(runs, func(r *driver.Run) float64 { return r.EngineTTFT.P90 }),
 				imbalance:   over(runs, imbalance),
 				preemptions: over(runs, preemptions),
+				lag:         over(runs, func(r *driver.Run) float64 { return r.TimerLag.P99 }),
 			}
 			for _, run := range runs {
 				r.errors += run.Errors
+				r.hits = append(r.hits, run.HitRate)
+				r.p50s = append(r.p50s, run.TTFT.P50)
+				r.p90s = append(r.p90s, run.TTFT.P90)
+				r.p99s = append(r.p99s, run.TTFT.P99)
 			}
 			s.rows = append(s.rows, r)
 		}
@@ -335,25 +375,17 @@ func (s *summary) title() string {
 	return fmt.Sprintf("%s, %s (%s)", s.workload, s.load, runs)
 }
 
-// verdictRule says which policies a verdict compares and how many runs
-// it needs.
+// verdictRule says which policy the others are paired with and how
+// many runs a verdict needs.
 type verdictRule struct {
 	lead      string
-	reference string // also compared with, if set
-	minRuns   int    // outside Mooncake
+	reference string // marked in the tables, if set
+	minRuns   int    // raises MinPairs
 }
 
-// MooncakeMinRuns is the fewest runs per policy of a Mooncake cell that
-// gives a verdict: its hit rate swings by about ±0.01 between runs, so
-// fewer runs make a range too narrow to trust.
-const MooncakeMinRuns = 5
-
-// needRuns is the fewest runs a verdict on workload needs.
-func (v verdictRule) needRuns(workload string) int {
-	if strings.HasPrefix(workload, "mooncake") {
-		return max(MooncakeMinRuns, v.minRuns)
-	}
-	return max(1, v.minRuns)
+// need is the fewest paired runs a verdict needs.
+func (v verdictRule) need() int {
+	return max(MinPairs, v.minRuns)
 }
 
 func write(w io.Writer, sums []*summary, v verdictRule) error {
@@ -368,87 +400,86 @@ func write(w io.Writer, sums []*summary, v verdictRule) error {
 		if engine {
 			head, rule = " engine TTFT p90 (s) |", "---:|"
 		}
-		fmt.Fprintf(w, "| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) |%s errors | requests max/mean | preemptions |\n", head)
-		fmt.Fprintf(w, "|---|---:|---:|---:|---:|%s---:|---:|---:|\n", rule)
+		fmt.Fprintf(w, "| policy | runs | hit rate | TTFT p50 (s) | TTFT p90 (s) |%s errors | requests max/mean | preemptions | timer lag p99 (ms) |\n", head)
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|%s---:|---:|---:|---:|\n", rule)
 		for _, r := range s.rows {
 			cell := ""
 			if engine {
 				cell = " " + r.engineP90.format(2) + " |"
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |%s %d | %s | %s |\n", r.policy, r.runs,
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |%s %d | %s | %s | %s |\n", r.policy, r.runs,
 				r.hit.format(3), r.p50.format(2), r.p90.format(2), cell, r.errors,
-				r.imbalance.format(2), r.preemptions.format(0))
+				r.imbalance.format(2), r.preemptions.format(0), r.lag.format(1))
 		}
-		for _, line := range verdicts(s, v) {
-			fmt.Fprintf(w, "\n%s\n", line)
+		if cs := comparisons(s, v); len(cs) > 0 {
+			fmt.Fprintf(w, "\nPaired with %s, run by run: the mean difference %s − policy [95%% paired bootstrap interval, %d resamples] and the differences above/below zero; a verdict needs the interval to exclude zero and %d runs of each.\n\n", v.lead, v.lead, Resamples, v.need())
+			fmt.Fprintln(w, "| policy | hit rate Δ | hit rate | TTFT p50 Δ (s) | TTFT p90 Δ (s) | TTFT p90 | TTFT p99 Δ (s) |")
+			fmt.Fprintln(w, "|---|---:|---|---:|---:|---|---:|")
+			for _, c := range cs {
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", v.name(c.policy), c.hit.format(3), c.word(c.hitVerdict),
+					c.p50.format(4), c.p90.format(4), c.word(c.p90Verdict), c.p99.format(4))
+			}
 		}
 		fmt.Fprintln(w)
 	}
-	return nil
+	return writeVerdicts(w, sums, v)
 }
 
-// figure is one compared figure.
-type figure struct {
-	name   string
-	f      func(row) stat
-	higher bool // higher is better
+// name marks the reference policy.
+func (v verdictRule) name(policy string) string {
+	if policy == v.reference {
+		return policy + " (reference)"
+	}
+	return policy
 }
 
-var figures = []figure{
-	{"hit rate", func(r row) stat { return r.hit }, true},
-	{"TTFT p90", func(r row) stat { return r.p90 }, false},
-}
-
-// verdicts compares the lead with the best other policy on each figure
-// (by mean) and, if set and different, with the reference; one line per
-// comparison.
-func verdicts(s *summary, v verdictRule) []string {
+// comparisons pairs the lead with every other policy of the cell, in
+// display order; none without the lead.
+func comparisons(s *summary, v verdictRule) []comparison {
 	i := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == v.lead })
-	if i < 0 || len(s.rows) < 2 {
+	if i < 0 {
 		return nil
 	}
-	lead := s.rows[i]
-	var lines []string
-	var parts []string
-	for _, fig := range figures {
-		var best *row
-		for k := range s.rows {
-			r := &s.rows[k]
-			if r.policy == v.lead {
-				continue
-			}
-			if best == nil || (fig.higher && fig.f(*r).mean > fig.f(*best).mean) || (!fig.higher && fig.f(*r).mean < fig.f(*best).mean) {
-				best = r
-			}
+	var cs []comparison
+	for _, r := range s.rows {
+		if r.policy != v.lead {
+			cs = append(cs, compareRows(s.rows[i], r, v.need()))
 		}
-		parts = append(parts, compare(fig, lead, *best, v.needRuns(s.workload)))
 	}
-	lines = append(lines, strings.Join(parts, "; ")+".")
-	if j := slices.IndexFunc(s.rows, func(r row) bool { return r.policy == v.reference }); v.reference != "" && v.reference != v.lead && j >= 0 {
-		parts = parts[:0]
-		for _, fig := range figures {
-			parts = append(parts, compare(fig, lead, s.rows[j], v.needRuns(s.workload)))
-		}
-		lines = append(lines, "Against the reference: "+strings.Join(parts, "; ")+".")
-	}
-	return lines
+	return cs
 }
 
-// compare says how lead stands against other on fig: "leads" or "behind"
-// only when their ranges do not overlap, else "tie within spread"; no
-// verdict with fewer than need runs of either.
-func compare(fig figure, lead, other row, need int) string {
-	m, o := fig.f(lead), fig.f(other)
-	vs := fmt.Sprintf("(%s vs %s)", m.format(3), o.format(3))
-	if lead.runs < need || other.runs < need {
-		return fmt.Sprintf("%s: no verdict on %s vs %s, %d and %d runs, %d needed %s", fig.name, lead.policy, other.policy, lead.runs, other.runs, need, vs)
+// writeVerdicts ends the output with every cell's verdicts: the policies
+// the lead leads, ties and trails on hit rate and on TTFT p90.
+func writeVerdicts(w io.Writer, sums []*summary, v verdictRule) error {
+	header := false
+	for _, s := range sums {
+		cs := comparisons(s, v)
+		if len(cs) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "### Verdicts of %s\n\n", v.lead)
+			fmt.Fprintln(w, "| cell | hit rate: leads | ties | behind | TTFT p90: leads | ties | behind | no verdict |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+			header = true
+		}
+		var hit, p90 [behind + 1][]string
+		var none []string
+		for _, c := range cs {
+			if c.hitVerdict < tie {
+				none = append(none, v.name(c.policy)+": "+c.word(c.hitVerdict))
+				continue
+			}
+			hit[c.hitVerdict] = append(hit[c.hitVerdict], v.name(c.policy))
+			p90[c.p90Verdict] = append(p90[c.p90Verdict], v.name(c.policy))
+		}
+		j := func(ps []string) string { return strings.Join(ps, ", ") }
+		fmt.Fprintf(w, "| %s, %s | %s | %s | %s | %s | %s | %s | %s |\n", s.workload, s.load,
+			j(hit[leads]), j(hit[tie]), j(hit[behind]), j(p90[leads]), j(p90[tie]), j(p90[behind]), j(none))
 	}
-	word := "tie within spread with"
-	switch {
-	case fig.higher && m.lo > o.hi, !fig.higher && m.hi < o.lo:
-		word = "leads"
-	case fig.higher && m.hi < o.lo, !fig.higher && m.lo > o.hi:
-		word = "behind"
+	if header {
+		fmt.Fprintln(w)
 	}
-	return fmt.Sprintf("%s: %s %s %s %s", fig.name, lead.policy, word, other.policy, vs)
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -20,20 +21,20 @@ func TestTable(t *testing.T) {
 		{Workload: "agent", Bound: &driver.Bound{HitRate: 0.88}, Runs: []*driver.Run{
 			run("prefix_cache", 0.76, 0.7), run("peer_a", 0.72, 0.6), run("peer_b", 0.82, 1.1)}},
 	}
+	// The timer lag column: the machine's starvation during each run.
+	results[0].Runs[0].TimerLag.P99, results[1].Runs[0].TimerLag.P99 = 2, 4
 	var b strings.Builder
-	if err := write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache", reference: "peer_a"}); err != nil {
+	if err := write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache", reference: "peer_a", minRuns: 2}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
 	for _, want := range []string{
 		"### agent, 20 QPS (2 repeats; upper bound 0.870 [0.860–0.880])",
-		"| prefix_cache | 2 | 0.780 [0.760–0.800] | 0.00 | 0.60 [0.50–0.70] | 0 |",
-		// peer_b's mean hit rate (0.800) beats 0.780, but the ranges overlap.
-		"hit rate: prefix_cache tie within spread with peer_b",
-		// peer_a's TTFT p90 (0.5) beats 0.6 and the ranges overlap.
-		"TTFT p90: prefix_cache tie within spread with peer_a",
-		// The reference line: hit rates [0.76–0.80] and [0.70–0.72] do not overlap.
-		"Against the reference: hit rate: prefix_cache leads peer_a",
+		"| prefix_cache | 2 | 0.780 [0.760–0.800] | 0.00 | 0.60 [0.50–0.70] | 0 | 0.00 | 0 | 3.0 [2.0–4.0] |",
+		// Two runs: the differences are shown, no verdict (5 needed).
+		"| peer_a (reference) | +0.070 [+0.040, +0.100] 2+/0− | too few runs (2, 5 needed) |",
+		"| peer_b | -0.020 [-0.060, +0.020] 1+/1− | too few runs (2, 5 needed) | +0.0000 [+0.0000, +0.0000] 0+/0− | -0.4000 [-0.4000, -0.4000] 0+/2− |",
+		"| agent, 20 QPS |  |  |  |  |  |  | peer_a (reference): too few runs (2, 5 needed), peer_b: too few runs (2, 5 needed) |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -73,78 +74,112 @@ func TestEngineTTFTColumn(t *testing.T) {
 	}
 }
 
-// TestCompare pins the symmetric rule: "leads" and "behind" only for
-// disjoint ranges, in both directions and for both senses of better,
-// "tie within spread" for any overlap (touching included) whichever mean
-// is better, and no verdict below the runs a cell needs.
-func TestCompare(t *testing.T) {
-	hit, ttft := figures[0], figures[1]
-	mk := func(policy string, runs int, lo, hi float64) row {
-		s := stat{mean: (lo + hi) / 2, lo: lo, hi: hi}
-		return row{policy: policy, runs: runs, hit: s, p90: s}
+// runs returns one result per pair of (lead, other) figures, hit rate
+// and TTFT p90 alike.
+func runs(workload string, lead, other []float64) []*driver.Result {
+	var rs []*driver.Result
+	for k := range max(len(lead), len(other)) {
+		var r driver.Result
+		r.Workload = workload
+		if k < len(lead) {
+			r.Runs = append(r.Runs, run("prefix_cache", lead[k], lead[k]))
+		}
+		if k < len(other) {
+			r.Runs = append(r.Runs, run("peer_a", other[k], other[k]))
+		}
+		rs = append(rs, &r)
 	}
-	tests := []struct {
-		name  string
-		fig   figure
-		lead  row
-		other row
-		need  int
-		want  string
-	}{
-		{"hit: lead's range above", hit, mk("pc", 3, 0.80, 0.82), mk("x", 3, 0.70, 0.79), 1, "pc leads x"},
-		{"hit: lead's range below", hit, mk("pc", 3, 0.70, 0.79), mk("x", 3, 0.80, 0.82), 1, "pc behind x"},
-		{"hit: overlap, lead's mean better", hit, mk("pc", 3, 0.75, 0.85), mk("x", 3, 0.70, 0.76), 1, "pc tie within spread with x"},
-		{"hit: overlap, lead's mean worse", hit, mk("pc", 3, 0.70, 0.76), mk("x", 3, 0.75, 0.85), 1, "pc tie within spread with x"},
-		{"hit: ranges touch", hit, mk("pc", 3, 0.76, 0.80), mk("x", 3, 0.70, 0.76), 1, "pc tie within spread with x"},
-		{"TTFT: lead's range lower leads", ttft, mk("pc", 3, 0.2, 0.3), mk("x", 3, 0.4, 0.5), 1, "pc leads x"},
-		{"TTFT: lead's range higher is behind", ttft, mk("pc", 3, 0.4, 0.5), mk("x", 3, 0.2, 0.3), 1, "pc behind x"},
-		{"TTFT: overlap", ttft, mk("pc", 3, 0.25, 0.45), mk("x", 3, 0.2, 0.3), 1, "pc tie within spread with x"},
-		{"too few runs of the lead", hit, mk("pc", 4, 0.80, 0.82), mk("x", 5, 0.70, 0.79), 5, "no verdict on pc vs x, 4 and 5 runs, 5 needed"},
-		{"too few runs of the other", hit, mk("pc", 5, 0.70, 0.71), mk("x", 1, 0.80, 0.80), 5, "no verdict on pc vs x, 5 and 1 runs, 5 needed"},
-		{"enough runs", hit, mk("pc", 5, 0.80, 0.82), mk("x", 5, 0.70, 0.79), 5, "pc leads x"},
+	return rs
+}
+
+// TestBootstrap checks the interval on differences whose resampled
+// means follow a binomial law: of d = {0, 0, 0, 0, 1}, a resample's mean
+// is k/5 with k ~ Binomial(5, 0.2), P(k = 0) = 0.328 (so the 2.5th
+// percentile is 0) and P(k <= 2) = 0.942 < 0.975 < P(k <= 3) = 0.993 (so
+// the 97.5th is 0.6). The interval touches zero: a tie.
+func TestBootstrap(t *testing.T) {
+	d := bootstrap([]float64{0, 0, 0, 0, 1})
+	if d.n != 5 || d.mean != 0.2 || d.lo != 0 || math.Abs(d.hi-0.6) > 1e-12 || d.pos != 1 || d.neg != 0 {
+		t.Errorf("bootstrap({0,0,0,0,1}) = %+v, want mean 0.2, interval [0, 0.6], 1+/0-", d)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := compare(tt.fig, tt.lead, tt.other, tt.need); !strings.Contains(got, tt.want) {
-				t.Errorf("compare(%s, %+v, %+v, %d) = %q, want it to say %q", tt.fig.name, tt.lead, tt.other, tt.need, got, tt.want)
-			}
-		})
+	if got := judge(d, true); got != tie {
+		t.Errorf("judge(%+v, higher) = %v, want tie", d, got)
+	}
+	if again := bootstrap([]float64{0, 0, 0, 0, 1}); again != d {
+		t.Errorf("bootstrap is not deterministic: %+v then %+v", d, again)
+	}
+	// Constant differences: every resample has their mean.
+	if d := bootstrap([]float64{0.05, 0.05, 0.05, 0.05, 0.05}); math.Abs(d.lo-0.05) > 1e-12 || math.Abs(d.hi-0.05) > 1e-12 {
+		t.Errorf("bootstrap of constant 0.05 = %+v, want [0.05, 0.05]", d)
 	}
 }
 
-// TestMooncakeNeedsFiveRuns checks that Mooncake cells need 5 runs
-// whatever -min-runs says, and others -min-runs.
-func TestMooncakeNeedsFiveRuns(t *testing.T) {
+// TestPairedVerdicts: a cell that must lead, one that must tie, one with
+// too few runs, one unpaired, each through the whole table.
+func TestPairedVerdicts(t *testing.T) {
 	tests := []struct {
-		workload string
-		minRuns  int
-		want     int
+		name         string
+		lead, other  []float64
+		hit, p90     string // the verdict words
+		wantHitDelta string
 	}{
-		{"mooncake", 1, 5},
-		{"mooncake-synthetic", 3, 5},
-		{"mooncake", 8, 8},
-		{"shared-prefix", 1, 1},
-		{"agent", 3, 3},
+		// The lead's hit rate (and so its TTFT p90, the same figures)
+		// is above the other's by 0.05 in every pair: the interval is
+		// [+0.05, +0.05], it leads on hit rate and is behind on TTFT.
+		{"lead", []float64{0.80, 0.81, 0.82, 0.83, 0.84}, []float64{0.75, 0.76, 0.77, 0.78, 0.79}, "leads", "behind", "+0.050 [+0.050, +0.050] 5+/0−"},
+		// +0.1, −0.1, +0.1, −0.1, +0.1: the mean is +0.02, but a
+		// resample of three or more −0.1 (P = 0.087 > 0.025) has a
+		// mean at most −0.02, so the interval holds zero.
+		{"tie", []float64{0.6, 0.4, 0.6, 0.4, 0.6}, []float64{0.5, 0.5, 0.5, 0.5, 0.5}, "tie", "tie", "+0.020 ["},
+		// Above in every one of four pairs, but four are too few.
+		{"too few", []float64{0.80, 0.81, 0.82, 0.83}, []float64{0.70, 0.71, 0.72, 0.73}, "too few runs (4, 5 needed)", "too few runs (4, 5 needed)", "+0.100 [+0.100, +0.100] 4+/0−"},
+		{"unpaired", []float64{0.80, 0.81, 0.82, 0.83, 0.84}, []float64{0.70, 0.71, 0.72, 0.73}, "unpaired (5 and 4 runs)", "unpaired (5 and 4 runs)", "| peer_a | – |"},
 	}
 	for _, tt := range tests {
-		if got := (verdictRule{minRuns: tt.minRuns}).needRuns(tt.workload); got != tt.want {
-			t.Errorf("needRuns(%q) with -min-runs %d = %d, want %d", tt.workload, tt.minRuns, got, tt.want)
+		t.Run(tt.name, func(t *testing.T) {
+			sums := summaries(group(runs("chat", tt.lead, tt.other), nil))
+			cs := comparisons(sums[0], verdictRule{lead: "prefix_cache"})
+			if len(cs) != 1 {
+				t.Fatalf("comparisons = %+v, want one", cs)
+			}
+			if got := cs[0].word(cs[0].hitVerdict); got != tt.hit {
+				t.Errorf("hit rate verdict %q, want %q (%+v)", got, tt.hit, cs[0].hit)
+			}
+			if got := cs[0].word(cs[0].p90Verdict); got != tt.p90 {
+				t.Errorf("TTFT p90 verdict %q, want %q (%+v)", got, tt.p90, cs[0].p90)
+			}
+			var b strings.Builder
+			if err := write(&b, sums, verdictRule{lead: "prefix_cache"}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.wantHitDelta) {
+				t.Errorf("table lacks %q:\n%s", tt.wantHitDelta, b.String())
+			}
+		})
+	}
+
+	// The summary table puts each policy under its verdicts.
+	var b strings.Builder
+	results := append(runs("chat", []float64{0.80, 0.81, 0.82, 0.83, 0.84}, []float64{0.75, 0.76, 0.77, 0.78, 0.79}),
+		runs("agent", []float64{0.6, 0.4, 0.6, 0.4, 0.6}, []float64{0.5, 0.5, 0.5, 0.5, 0.5})...)
+	if err := write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| chat, 20 QPS | peer_a |  |  |  |  | peer_a |  |",
+		"| agent, 20 QPS |  | peer_a |  |  | peer_a |  |  |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("verdicts lack %q:\n%s", want, b.String())
 		}
 	}
-	results := make([]*driver.Result, 4)
-	for i := range results {
-		results[i] = &driver.Result{Workload: "mooncake", Runs: []*driver.Run{run("prefix_cache", 0.30+float64(i)/1000, 1), run("peer_a", 0.20, 1)}}
+
+	// -min-runs raises the runs a verdict needs, never lowers them.
+	if got := (verdictRule{minRuns: 1}).need(); got != MinPairs {
+		t.Errorf("need() with -min-runs 1 = %d, want %d", got, MinPairs)
 	}
-	var b strings.Builder
-	write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache", minRuns: 1})
-	if out := b.String(); !strings.Contains(out, "hit rate: no verdict on prefix_cache vs peer_a, 4 and 4 runs, 5 needed") {
-		t.Errorf("a 4-run Mooncake cell gave a verdict:\n%s", out)
-	}
-	results = append(results, &driver.Result{Workload: "mooncake", Runs: []*driver.Run{run("prefix_cache", 0.31, 1), run("peer_a", 0.2, 1)}})
-	b.Reset()
-	write(&b, summaries(group(results, nil)), verdictRule{lead: "prefix_cache", minRuns: 1})
-	if out := b.String(); !strings.Contains(out, "hit rate: prefix_cache leads peer_a") {
-		t.Errorf("a 5-run Mooncake cell gave no verdict:\n%s", out)
+	if got := (verdictRule{minRuns: 8}).need(); got != 8 {
+		t.Errorf("need() with -min-runs 8 = %d, want 8", got)
 	}
 }
 

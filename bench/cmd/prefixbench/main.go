@@ -84,7 +84,7 @@ type options struct {
 
 func run() error {
 	var o options
-	flag.StringVar(&o.workloads, "workload", "shared-prefix", "comma-separated workloads: shared-prefix, chat, agent, mooncake")
+	flag.StringVar(&o.workloads, "workload", "shared-prefix", "comma-separated workloads: shared-prefix, chat, agent, rag (retrieval-augmented sessions), mooncake")
 	flag.StringVar(&o.policies, "policies", strings.Join(driver.DefaultPolicyNames, ","), "comma-separated policies (empty, with -custom-policy: only those)")
 	flag.StringVar(&o.qps, "qps", "", "comma-separated ladder of offered request rates (requests per simulated second); default: the workload's own rate")
 	flag.StringVar(&o.users, "users", "", "comma-separated ladder of concurrent users, for a closed-loop replay instead of -qps")
@@ -100,7 +100,7 @@ func run() error {
 	flag.BoolVar(&o.noBound, "no-bound", false, "skip the upper bound")
 	flag.BoolVar(&o.boundOnly, "bound-only", false, "compute and print the workloads' upper bounds, run no policy")
 	flag.Float64Var(&o.workingSet, "working-set", 0.73, "shared-prefix: working set as a fraction of the fleet's total KV cache")
-	flag.IntVar(&o.requests, "requests", 0, "requests (shared-prefix), conversations (chat), runs (agent), or most trace requests (mooncake); 0 for the default")
+	flag.IntVar(&o.requests, "requests", 0, "requests (shared-prefix), conversations (chat), runs (agent), sessions (rag), or most trace requests (mooncake); 0 for the default")
 	flag.Func("custom-policy", "add a policy given as name=JSON selection_policy, e.g. 'pc_4k={\"policy\":\"prefix_cache\",\"min_match\":4096}' (repeatable)", func(s string) error {
 		o.custom = append(o.custom, s)
 		return nil
@@ -110,7 +110,12 @@ func run() error {
 	flag.DurationVar(&o.mooncakeStart, "mooncake-start", 0, "replay the trace from this timestamp")
 	flag.DurationVar(&o.mooncakeDuration, "mooncake-duration", 10*time.Minute, "replay this much of the trace (0: all)")
 	flag.Float64Var(&o.mooncakeSample, "mooncake-sample", 1, "keep this fraction of the trace's conversations")
-	flag.DurationVar(&o.mooncakeSpread, "mooncake-spread", 0, "spread the requests that share a trace timestamp uniformly over this much time after it, in their order, drawn by -seed (the conversation trace's timestamps fall on a 3s grid; 0: send them at once)")
+	o.mooncakeSpread = workload.SpreadGrid
+	flag.Func("mooncake-spread", "spread the requests that share a trace timestamp uniformly over this much time after it, in their order, drawn by -seed; 'grid' (the default): over the step of the window's timestamps, ~3s on the conversation trace, the trace's resolution on one of distinct timestamps; 0: send them at once, the burst replay", func(s string) error {
+		d, err := parseSpread(s)
+		o.mooncakeSpread = d
+		return err
+	})
 	flag.IntVar(&o.mooncakeMax, "mooncake-max-tokens", 0, "drop trace requests longer than this, input plus output (default: the engines' context)")
 	flag.StringVar(&o.workloadName, "workload-name", "", "name the (single) workload this in the results, e.g. mooncake-synthetic or mooncake-w2, so peertable keeps traces and windows apart")
 	flag.IntVar(&o.edges, "edges", 1, "Caddy instances in front of the fleet, each request to one at random (seeded by -seed); more than one run as child processes")
@@ -258,6 +263,8 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 		w, err = workload.DefaultChat(orDefault(n, 200), o.seed).Generate()
 	case "agent":
 		w, err = workload.DefaultAgent(orDefault(n, 100), o.seed).Generate()
+	case "rag":
+		w, err = workload.DefaultRAG(orDefault(n, 100), o.seed).Generate()
 	case "mooncake":
 		path := o.mooncakePath
 		if path == "" {
@@ -279,7 +286,7 @@ func (o options) workload(name, root string, cfg driver.Config) (*workload.Workl
 			Seed:        o.seed,
 		}.Load()
 	default:
-		return nil, fmt.Errorf("unknown workload %q (known: shared-prefix, chat, agent, mooncake)", name)
+		return nil, fmt.Errorf("unknown workload %q (known: shared-prefix, chat, agent, rag, mooncake)", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workload %s: %w", name, err)
@@ -342,6 +349,19 @@ func orDefault(n, def int) int {
 func roundRate(r float64) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(r, 'g', 2, 64), 64)
 	return v
+}
+
+// parseSpread parses -mooncake-spread: "grid" or a duration of at least
+// zero.
+func parseSpread(s string) (time.Duration, error) {
+	if s == "grid" {
+		return workload.SpreadGrid, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want grid or a duration of at least 0, got %q", s)
+	}
+	return d, nil
 }
 
 func parseFloats(s string) ([]float64, error) {

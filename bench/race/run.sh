@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The refereed race, in one place: every figure of the peer comparison
+# that README.md, BENCHMARKS.md and docs/ cite, regenerated at the
+# current commit from raw files this script writes.
+#
+#	bench/race/run.sh OUTDIR          # the whole race: many hours, on a quiet machine
+#	bench/race/run.sh -smoke OUTDIR   # the whole pipeline on tiny sets, ~2 minutes
+#
+# 1. OUTDIR/tuning: bench/scoring/tune.sh -procedure, the one tuning
+#    procedure for every router on the tuning set (docs/peers.md,
+#    "Tuning"): each pick's table in tuning.md, the tuned settings in
+#    tuned.txt.
+# 2. OUTDIR/scoring: bench/scoring/run.sh with TUNED=tuned.txt, every
+#    router at its tuned setting on the scoring set (held-out RAG
+#    workload included): summary.md (paired verdicts, prefix_cache_tuned
+#    leading, peer_dynamo_tuned the reference) and summary.svg.
+# 3. OUTDIR/race.md: the commit, once, then the tuned settings, the
+#    scoring summary and the tuning tables.
+#
+# Every prefixbench run records its timer lag (timer_lag_ms in the raw
+# JSON, the last column of the summaries): how late a goroutine woke
+# from a 10 ms sleep, the measure of a machine too busy for the figures.
+# It runs niced. Run again on the same OUTDIR from the same clean
+# commit, it resumes: cells whose raw JSON exists are kept; from another
+# commit, or a dirty tree, it refuses.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+smoke=()
+if [[ ${1:-} == -smoke ]]; then
+	smoke=(-smoke)
+	shift
+fi
+[[ $# == 1 ]] || { echo "usage: bench/race/run.sh [-smoke] OUTDIR" >&2; exit 2; }
+OUT=$1
+mkdir -p "$OUT"
+
+# One commit for every file: recorded once, checked on a resume (tune.sh
+# and run.sh check their own directories the same way).
+tree=$({
+	git rev-parse HEAD
+	git status --porcelain --untracked-files=no | sed 's/^/dirty: /'
+})
+if [[ -f $OUT/commit.txt ]]; then
+	if [[ $tree != "$(cat "$OUT/commit.txt")" ]] || grep -q '^dirty: ' <<<"$tree"; then
+		echo "$OUT was started from another tree ($(head -1 "$OUT/commit.txt")); resume it from that commit, clean, or use a new directory" >&2
+		exit 1
+	fi
+else
+	printf '%s\n' "$tree" >"$OUT/commit.txt"
+fi
+
+renice -n 10 $$ >/dev/null 2>&1 || true # the children inherit it
+
+# same_tree DIR refuses DIR's files unless they were built from the
+# race's tree: a commit made while the race ran would mix builds.
+same_tree() {
+	if ! cmp -s "$1/commit.txt" "$OUT/commit.txt"; then
+		echo "$1 was built from $(head -1 "$1/commit.txt"), not the race's $(head -1 "$OUT/commit.txt")" >&2
+		exit 1
+	fi
+}
+
+bash bench/scoring/tune.sh "${smoke[@]}" -procedure "$OUT/tuning"
+same_tree "$OUT/tuning"
+TUNED=$OUT/tuning/tuned.txt bash bench/scoring/run.sh "${smoke[@]}" "$OUT/scoring"
+same_tree "$OUT/scoring"
+
+{
+	echo "# The race at $(head -1 "$OUT/commit.txt")"
+	echo
+	if grep -q '^dirty: ' "$OUT/commit.txt"; then
+		echo "From a tree with uncommitted changes: these figures name no commit."
+		echo
+	fi
+	if [[ ${#smoke[@]} -gt 0 ]]; then
+		echo "A smoke run: tiny sets that check the pipeline; its figures mean nothing."
+		echo
+	fi
+	echo "Every figure below comes from the raw JSON under tuning/ and scoring/, written by \`bench/race/run.sh\` at this commit."
+	echo
+	echo "## Tuned settings"
+	echo
+	echo '```'
+	cat "$OUT/tuning/tuned.txt"
+	echo '```'
+	echo
+	echo "## Scoring set"
+	echo
+	cat "$OUT/scoring/summary.md"
+	echo
+	echo "## Tuning"
+	echo
+	cat "$OUT/tuning/tuning.md"
+} >"$OUT/race.md"
+echo "race done: $OUT/race.md" >&2
