@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,6 +44,51 @@ func TestRules(t *testing.T) {
 		out, err := exec.Command(promtool, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+var (
+	recordName = regexp.MustCompile(`(?m)^\s+- record: (\S+)\s*$`)
+	alertName  = regexp.MustCompile(`(?m)^\s+- alert: (\S+)\s*$`)
+	alertCase  = regexp.MustCompile(`(?m)^\s+alertname: (\S+)\s*\n\s+exp_alerts:(.*)$`)
+)
+
+// Every recording rule has a promtool test of its value, and every alert
+// a case where it must not fire and one where it fires.
+func TestEveryRuleIsTested(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("prometheus", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	recordTests := read("recording_test.yml")
+	records := recordName.FindAllStringSubmatch(read("recording.rules.yml"), -1)
+	if len(records) == 0 {
+		t.Fatal("recording.rules.yml: no rule")
+	}
+	for _, m := range records {
+		if !regexp.MustCompile(`expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`).MatchString(recordTests) {
+			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml", m[1])
+		}
+	}
+	quiet, fires := map[string]bool{}, map[string]bool{}
+	for _, m := range alertCase.FindAllStringSubmatch(read("alerts_test.yml"), -1) {
+		if strings.TrimSpace(m[2]) == "[]" {
+			quiet[m[1]] = true
+		} else {
+			fires[m[1]] = true
+		}
+	}
+	alerts := alertName.FindAllStringSubmatch(read("alerts.rules.yml"), -1)
+	if len(alerts) == 0 {
+		t.Fatal("alerts.rules.yml: no alert")
+	}
+	for _, m := range alerts {
+		if !quiet[m[1]] || !fires[m[1]] {
+			t.Errorf("alert %s: alerts_test.yml has a case where it must not fire: %v, where it fires: %v", m[1], quiet[m[1]], fires[m[1]])
 		}
 	}
 }
