@@ -59,7 +59,8 @@ const healthyFor = 15 * time.Second
 // dashboard returns data, and its hit-rate panel agrees with the hit rate
 // the benchmark computes from the answers' cached_tokens. Then each
 // incident fires its alert: the body budget spent by stalled uploads,
-// an engine killed, Redis stopped under both edges.
+// an engine killed, one edge cut off from Redis, Redis stopped under
+// both edges.
 func TestOperatorsView(t *testing.T) {
 	promBin := lookTool(t, "prometheus", "prometheus")
 	lookTool(t, "redis-server", "redis-server")
@@ -83,15 +84,18 @@ func TestOperatorsView(t *testing.T) {
 	}
 	t.Cleanup(func() { redis.Stop() })
 
-	ports, err := driver.ReservePorts(5)
+	ports, err := driver.ReservePorts(6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	listens, admins, promListen := ports[:2], ports[2:4], ports[4]
+	// Edge 1 reaches Redis through a TCP relay, which cuts it off alone.
+	relay := startRelay(t, ports[5], redis.Addr)
+	redisURLs := []string{redis.URL(), "redis://" + ports[5]}
 	var configs [][]byte
 	for i := range listens {
 		raw, err := driver.AdaptCaddyfile([]byte(edgeCaddyfile), map[string]string{
-			"LISTEN": listens[i], "UPSTREAMS": strings.Join(upstreams, " "), "REDIS": redis.URL(),
+			"LISTEN": listens[i], "UPSTREAMS": strings.Join(upstreams, " "), "REDIS": redisURLs[i],
 		}, driver.Policy{Name: "prefix_cache", Usage: true}, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -178,21 +182,92 @@ func TestOperatorsView(t *testing.T) {
 	took = prom.waitFiring(t, "PrefixCacheEngineScrapesFailing", map[string]string{"upstream": upstreams[2]}, timeout)
 	t.Logf("PrefixCacheEngineScrapesFailing fired %v after the engine died", took.Round(time.Millisecond))
 
-	// Incident 3: Redis stops under both edges.
+	// Incident 3: edge 1 alone loses Redis; edge 0 stays connected.
+	relay.Close()
+	took = prom.waitFiring(t, "PrefixCacheSyncEdgeDisconnected", map[string]string{"instance": admins[1]}, timeout)
+	t.Logf("PrefixCacheSyncEdgeDisconnected fired %v after edge 1 lost Redis", took.Round(time.Millisecond))
+	noAlert(t, prom, "PrefixCacheSyncDown", "with edge 0 connected")
+	noAlert(t, prom, "PrefixCacheSyncEdgeDisconnected", "for edge 0", "instance", admins[0])
+
+	// Incident 4: Redis stops under both edges.
 	if err := redis.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	took = prom.waitFiring(t, "PrefixCacheSyncDown", nil, timeout)
 	t.Logf("PrefixCacheSyncDown fired %v after Redis stopped", took.Round(time.Millisecond))
-	as, err := prom.alerts()
+	// With every edge down, that is the tier's alert, not one edge's: the
+	// edge alert resolves once its recording rule reads edge 0 down too.
+	waitQuery(t, prom, `absent(ALERTS{alertname="PrefixCacheSyncEdgeDisconnected"})`, "PrefixCacheSyncEdgeDisconnected resolving with every edge down")
+}
+
+// noAlert fails the test if the alert name is pending or firing with the
+// given label pairs.
+func noAlert(t *testing.T, p *prometheus, name, why string, labels ...string) {
+	t.Helper()
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	as, err := p.alerts()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range as {
-		if a.Labels["alertname"] == "PrefixCacheSyncEdgeDisconnected" {
-			t.Errorf("PrefixCacheSyncEdgeDisconnected is %s for %s with every edge disconnected", a.State, a.Labels["instance"])
+		if a.Labels["alertname"] == name && hasLabels(a.Labels, want) {
+			t.Errorf("%s is %s %s: %v", name, a.State, why, a.Labels)
 		}
 	}
+}
+
+// relay is a TCP relay from a listen address to a target, whose Close
+// cuts every connection through it, as a network partition would.
+type relay struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startRelay(t *testing.T, listen, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln}
+	t.Cleanup(r.Close)
+	r.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			r.wg.Go(func() { io.Copy(up, c); up.Close() })
+			r.wg.Go(func() { io.Copy(c, up); c.Close() })
+		}
+	})
+	return r
+}
+
+// Close stops accepting, cuts every relayed connection, and waits for
+// the relay's goroutines. It is idempotent.
+func (r *relay) Close() {
+	r.ln.Close()
+	r.mu.Lock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+	r.mu.Unlock()
+	r.wg.Wait()
 }
 
 // withAdmin turns on Caddy's admin listener at addr (AdaptCaddyfile turns
