@@ -126,17 +126,27 @@ func TestOperatorsView(t *testing.T) {
 	waitQuery(t, prom, fmt.Sprintf(`sum(caddy_prefix_cache_answer_tokens_total{job=%q,kind="prompt"}) == %d`, job, tally.prompt),
 		"Prometheus holding every answer's prompt tokens")
 
+	// The recording rules have been evaluated since that scrape.
+	caught := time.Now().Unix()
+	waitQuery(t, prom, fmt.Sprintf(`timestamp(job:prefix_cache_hit_rate:ratio_rate5m{job=%q}) > %d`, job, caught+1),
+		"the recording rules evaluated after Prometheus held every answer")
+
 	dash := readDashboard(t)
 	// The hit-rate panel's real hit rate against the benchmark's figure
 	// (bench/driver: the answers' cached over prompt tokens). Both count
 	// the same answers, so they differ only by how rate() extrapolates.
-	hit := dash.panel(t, "Prefix-cache hit rate").Targets[0].Expr
-	var got float64
-	waitQuery(t, prom, fmt.Sprintf("abs((%s) - %g) < 0.01", withJob(hit), tally.hitRate()), "the hit-rate panel agreeing with the client's hit rate")
-	if s, err := prom.query(withJob(hit)); err == nil && len(s) == 1 {
-		got = s[0].Value
+	hit := withJob(dash.panel(t, "Prefix-cache hit rate").Targets[0].Expr)
+	s, err := prom.query(hit)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("hit-rate panel %.4f, the benchmark's figure %.4f", got, tally.hitRate())
+	if len(s) != 1 {
+		t.Fatalf("the hit-rate panel's %s returned %d series, want 1: %v", hit, len(s), s)
+	}
+	t.Logf("hit-rate panel %.4f, the benchmark's figure %.4f", s[0].Value, tally.hitRate())
+	if d := math.Abs(s[0].Value - tally.hitRate()); !(d < 0.01) {
+		t.Errorf("the hit-rate panel reads %.4f, the answers' hit rate is %.4f: %.4f apart, want under 0.01", s[0].Value, tally.hitRate(), d)
+	}
 
 	// Every panel's query returns data.
 	for _, p := range dash.Panels {
