@@ -153,6 +153,24 @@ func startSimulatedFleet(t *testing.T, n, kvBlocks int) (*engine.Fleet, engine.C
 	return fleet, cfg
 }
 
+// waitScrapeOK waits for caddy_prefix_cache_engine_scrape_ok of dial to
+// read want: it is set just after the scrape's counter and sample.
+func waitScrapeOK(t *testing.T, admin, dial string, want float64) {
+	t.Helper()
+	key := fmt.Sprintf("caddy_prefix_cache_engine_scrape_ok{upstream=%q}", dial)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, found := scrape(t, admin, key)[key]
+		if found && v == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v (found %v), want %v", key, v, found, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling Caddy's metrics, bounded by the deadline
+	}
+}
+
 // waitEngine polls the admin API until ok accepts dial's engine stats.
 func waitEngine(t *testing.T, admin, dial string, ok func(map[string]any) bool, why string) map[string]any {
 	t.Helper()
@@ -292,6 +310,7 @@ func TestEngineScrapeFailuresRouteAsBefore(t *testing.T) {
 		if _, found := engineOf(t, admin, b.addr()); found {
 			t.Errorf("%s: the admin API shows an engine sample from a failed scrape", b.name)
 		}
+		waitScrapeOK(t, admin, b.addr(), 0)
 	}
 }
 
@@ -326,6 +345,7 @@ func TestEngineMetricsOfTheSimulatedVLLM(t *testing.T) {
 		if e["running"] != 0.0 || e["waiting"] != 0.0 {
 			t.Errorf("%s: running %v, waiting %v on an idle engine, want 0 and 0", addr, e["running"], e["waiting"])
 		}
+		waitScrapeOK(t, admin, addr, 1)
 	}
 }
 

@@ -235,12 +235,14 @@ var (
 		"Connections the transport made after its first.", syncLabels, nil)
 	descSyncQueued = prometheus.NewDesc("caddy_prefix_cache_sync_queued",
 		"Messages waiting in the transport's publish queue.", syncLabels, nil)
+	descScrapeOK = prometheus.NewDesc("caddy_prefix_cache_engine_scrape_ok",
+		"1 if the upstream's last scrape (engine_metrics) succeeded, 0 if it failed (engine_scrapes_total says how); absent before its first scrape.", []string{"upstream"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEntries, descCapacity, descBytes, descEvictions, descInFlight, descInFlightBytes, descOwned, descBodyInUse, descBodyAllocated, descBodyBudget,
-		descSyncConnected, descSyncDropped, descSyncReceived, descSyncReconnects, descSyncQueued} {
+		descSyncConnected, descSyncDropped, descSyncReceived, descSyncReconnects, descSyncQueued, descScrapeOK} {
 		ch <- d
 	}
 }
@@ -260,8 +262,22 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counted := map[stateDial]bool{} // instances sharing a state share its bytes
 	syncs := map[[3]string]edgesync.Status{}
+	scrapeUp := map[string]float64{} // 0 if any instance's last scrape failed
 	eachInstance(func(s *PrefixCacheSelection) {
 		budget = max(budget, s.BodyBudget)
+		if sc := s.scraper; sc != nil {
+			sc.mu.Lock()
+			for dial, outcome := range sc.last {
+				ok := 0.0
+				if outcome == scrapeOK.String() {
+					ok = 1
+				}
+				if v, seen := scrapeUp[dial]; !seen || ok < v {
+					scrapeUp[dial] = ok
+				}
+			}
+			sc.mu.Unlock()
+		}
 		if s.sync != nil {
 			st := s.sync.transport.Status()
 			syncs[[3]string{st.Transport, st.Endpoint, st.Channel}] = st
@@ -316,5 +332,8 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, n := range owned {
 		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(n), name)
+	}
+	for name, ok := range scrapeUp {
+		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, ok, name)
 	}
 }

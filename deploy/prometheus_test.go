@@ -1,0 +1,290 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lookTool finds a binary of a Debian package. Without it the test is
+// skipped, saying so, except in CI (CI=true), where .ci/run installs it
+// and its absence fails the test rather than hide it.
+func lookTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err == nil {
+		return bin
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not on PATH, and CI=true: .ci/run installs it (apt-get install %s)", name, pkg)
+	}
+	t.Skipf("%s not on PATH: skipping; install it with `apt-get install %s` (Debian) to run this test", name, pkg)
+	return ""
+}
+
+// The rules are valid, and their unit tests (series that fire each alert
+// at the end of its `for` window, and series that must not) pass.
+func TestRules(t *testing.T) {
+	promtool := lookTool(t, "promtool", "prometheus")
+	for _, args := range [][]string{
+		{"check", "rules", "prometheus/recording.rules.yml", "prometheus/alerts.rules.yml"},
+		{"test", "rules", "prometheus/recording_test.yml", "prometheus/alerts_test.yml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+var (
+	recordName = regexp.MustCompile(`(?m)^\s+- record: (\S+)\s*$`)
+	alertName  = regexp.MustCompile(`(?m)^\s+- alert: (\S+)\s*$`)
+	alertCase  = regexp.MustCompile(`(?m)^\s+alertname: (\S+)\s*\n\s+exp_alerts:(.*)$`)
+)
+
+// Every recording rule has a promtool test of its value, and every alert
+// a case where it must not fire and one where it fires.
+func TestEveryRuleIsTested(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("prometheus", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	recordTests := read("recording_test.yml")
+	records := recordName.FindAllStringSubmatch(read("recording.rules.yml"), -1)
+	if len(records) == 0 {
+		t.Fatal("recording.rules.yml: no rule")
+	}
+	for _, m := range records {
+		if !regexp.MustCompile(`expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`).MatchString(recordTests) {
+			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml", m[1])
+		}
+	}
+	quiet, fires := map[string]bool{}, map[string]bool{}
+	for _, m := range alertCase.FindAllStringSubmatch(read("alerts_test.yml"), -1) {
+		if strings.TrimSpace(m[2]) == "[]" {
+			quiet[m[1]] = true
+		} else {
+			fires[m[1]] = true
+		}
+	}
+	alerts := alertName.FindAllStringSubmatch(read("alerts.rules.yml"), -1)
+	if len(alerts) == 0 {
+		t.Fatal("alerts.rules.yml: no alert")
+	}
+	for _, m := range alerts {
+		if !quiet[m[1]] || !fires[m[1]] {
+			t.Errorf("alert %s: alerts_test.yml has a case where it must not fire: %v, where it fires: %v", m[1], quiet[m[1]], fires[m[1]])
+		}
+	}
+}
+
+// testFor is the `for` of every alert in the end-to-end test: the
+// production windows (minutes) would not end within a test's time. The
+// promtool unit tests check the production windows.
+const testFor = "5s"
+
+var forLine = regexp.MustCompile(`(?m)^(\s+for:\s*)\S+\s*$`)
+
+// prometheus is a prometheus server, a child process, with this
+// folder's rules (each alert's `for` set to testFor), scraping targets
+// every second as job.
+type prometheus struct {
+	url    string
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{}
+}
+
+// startPrometheus starts prometheus on listen, scraping targets (host:port,
+// Caddy's admin listeners) at /metrics as job, and waits until it is ready.
+func startPrometheus(t *testing.T, ctx context.Context, bin, listen, job string, targets []string) *prometheus {
+	t.Helper()
+	dir := t.TempDir()
+	recording, err := os.ReadFile("prometheus/recording.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := os.ReadFile("prometheus/alerts.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(forLine.FindAll(alerts, -1)); n == 0 {
+		t.Fatal("alerts.rules.yml: no `for:` line to shorten")
+	}
+	alerts = forLine.ReplaceAll(alerts, []byte("${1}"+testFor))
+	quoted, _ := json.Marshal(targets) // a YAML flow sequence
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - recording.rules.yml
+  - alerts.rules.yml
+scrape_configs:
+  - job_name: %s
+    static_configs:
+      - targets: %s
+`, job, quoted)
+	for name, b := range map[string][]byte{
+		"recording.rules.yml": recording, "alerts.rules.yml": alerts, "prometheus.yml": []byte(cfg),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &prometheus{url: "http://" + listen, exited: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, bin,
+		"--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+listen,
+		"--log.level=warn")
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting prometheus: %v", err)
+	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("prometheus output:\n%s", p.out.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("prometheus exited: %v\n%s", p.cmd.ProcessState, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready within 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling its readiness, bounded by the deadline
+	}
+}
+
+// sample is one series of an instant vector.
+type sample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// query evaluates expr now.
+func (p *prometheus) query(expr string) ([]sample, error) {
+	resp, err := http.Get(p.url + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("query %q: %w", expr, err)
+	}
+	if r.Status != "success" {
+		return nil, fmt.Errorf("query %q: %s", expr, r.Error)
+	}
+	if r.Data.ResultType != "vector" {
+		return nil, fmt.Errorf("query %q: a %s, want a vector", expr, r.Data.ResultType)
+	}
+	var out []sample
+	for _, s := range r.Data.Result {
+		str, _ := s.Value[1].(string)
+		v, err := strconv.ParseFloat(str, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %q: value %v: %w", expr, s.Value[1], err)
+		}
+		out = append(out, sample{s.Metric, v})
+	}
+	return out, nil
+}
+
+// alert is one alert of /api/v1/alerts.
+type alert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"` // pending or firing
+}
+
+// alerts returns the alerts pending or firing now.
+func (p *prometheus) alerts() ([]alert, error) {
+	resp, err := http.Get(p.url + "/api/v1/alerts")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Alerts []alert `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, err
+	}
+	return r.Data.Alerts, nil
+}
+
+// waitFiring waits until the alert name fires with the given labels (a
+// subset of its own), and returns how long that took.
+func (p *prometheus) waitFiring(t *testing.T, name string, labels map[string]string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var last []alert
+	for {
+		as, err := p.alerts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = as
+		for _, a := range as {
+			if a.Labels["alertname"] == name && a.State == "firing" && hasLabels(a.Labels, labels) {
+				return time.Since(start)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v did not fire within %v; alerts: %v", name, labels, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond) // polling Prometheus, bounded by the deadline
+	}
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
