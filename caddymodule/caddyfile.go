@@ -69,19 +69,19 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "chunk_size":
-			if err := positiveInt(d, &s.ChunkSize); err != nil {
+			if err := positiveInt(d, &s.ChunkSize, maxSize); err != nil {
 				return err
 			}
 		case "max_chunks":
-			if err := positiveInt(d, &s.MaxChunks); err != nil {
+			if err := positiveInt(d, &s.MaxChunks, maxSize); err != nil {
 				return err
 			}
 		case "max_entries":
-			if err := positiveInt(d, &s.MaxEntries); err != nil {
+			if err := positiveInt(d, &s.MaxEntries, maxMaxEntries); err != nil {
 				return err
 			}
 		case "min_match":
-			if err := positiveInt(d, &s.MinMatch); err != nil {
+			if err := positiveInt(d, &s.MinMatch, maxSize); err != nil {
 				return err
 			}
 		case "min_match_ratio":
@@ -122,8 +122,8 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 			if err != nil {
 				return d.Errf("invalid load_factor '%s': %v", d.Val(), err)
 			}
-			if f < 1 {
-				return d.Errf("invalid load_factor '%s': must be at least 1", d.Val())
+			if !(f >= 1) || math.IsInf(f, 1) { // also rejects NaN
+				return d.Errf("invalid load_factor '%s': must be a finite number of at least 1", d.Val())
 			}
 			s.LoadFactor = f
 			if d.NextArg() {
@@ -178,8 +178,8 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur < time.Duration(MinForgetAfter) {
-				return d.Errf("invalid forget_after '%s': must be a duration of at least %v", d.Val(), time.Duration(MinForgetAfter))
+			if err != nil || dur < time.Duration(MinForgetAfter) || dur > time.Duration(MaxForgetAfter) {
+				return d.Errf("invalid forget_after '%s': must be a duration from %v to %v", d.Val(), time.Duration(MinForgetAfter), time.Duration(MaxForgetAfter))
 			}
 			s.ForgetAfter = caddy.Duration(dur)
 			if d.NextArg() {
@@ -267,11 +267,8 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch d.Val() {
 		case "port":
-			if err := positiveInt(d, &m.Port); err != nil {
+			if err := positiveInt(d, &m.Port, 65535); err != nil {
 				return nil, err
-			}
-			if m.Port > 65535 {
-				return nil, d.Errf("invalid port '%d': must be at most 65535", m.Port)
 			}
 		case "interval", "timeout":
 			name := d.Val()
@@ -281,6 +278,9 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil || dur <= 0 {
 				return nil, d.Errf("invalid %s '%s': must be a positive duration", name, d.Val())
+			}
+			if name == "interval" && dur < minMetricsInterval {
+				return nil, d.Errf("invalid interval '%s': must be at least %v", d.Val(), minMetricsInterval)
 			}
 			if name == "interval" {
 				m.Interval = caddy.Duration(dur)
@@ -359,8 +359,9 @@ func onOff(d *caddyfile.Dispenser) (bool, error) {
 	return on, nil
 }
 
-// positiveInt reads the subdirective's single argument into dst.
-func positiveInt(d *caddyfile.Dispenser, dst *int) error {
+// positiveInt reads the subdirective's single argument, a whole number
+// from 1 to atMost, into dst.
+func positiveInt(d *caddyfile.Dispenser, dst *int, atMost int) error {
 	name := d.Val()
 	if !d.NextArg() {
 		return d.ArgErr()
@@ -369,8 +370,8 @@ func positiveInt(d *caddyfile.Dispenser, dst *int) error {
 	if err != nil {
 		return d.Errf("invalid %s '%s': %v", name, d.Val(), err)
 	}
-	if n < 1 {
-		return d.Errf("invalid %s '%s': must be positive", name, d.Val())
+	if n < 1 || n > atMost {
+		return d.Errf("invalid %s '%s': must be from 1 to %d", name, d.Val(), atMost)
 	}
 	*dst = n
 	if d.NextArg() {

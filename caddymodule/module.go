@@ -464,18 +464,18 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 // Validate checks the configuration.
 func (s *PrefixCacheSelection) Validate() error {
 	switch {
-	case s.ChunkSize < 1:
-		return fmt.Errorf("chunk_size must be positive, got %d", s.ChunkSize)
-	case s.MaxChunks < 1:
-		return fmt.Errorf("max_chunks must be positive, got %d", s.MaxChunks)
-	case s.MaxEntries < 1:
-		return fmt.Errorf("max_entries must be positive, got %d", s.MaxEntries)
+	case s.ChunkSize < 1 || s.ChunkSize > maxSize:
+		return fmt.Errorf("chunk_size must be from 1 to %d, got %d", maxSize, s.ChunkSize)
+	case s.MaxChunks < 1 || s.MaxChunks > maxSize:
+		return fmt.Errorf("max_chunks must be from 1 to %d, got %d", maxSize, s.MaxChunks)
+	case s.MaxEntries < 1 || s.MaxEntries > maxMaxEntries:
+		return fmt.Errorf("max_entries must be from 1 to %d, got %d", maxMaxEntries, s.MaxEntries)
 	case s.MaxBody < 1 || s.MaxBody > maxSize:
 		return fmt.Errorf("max_body must be from 1 byte to 1TiB, got %d", s.MaxBody)
 	case s.BodyBudget < 0 || s.BodyBudget > maxSize:
 		return fmt.Errorf("body_budget must be from 0 to 1TiB, got %d", s.BodyBudget)
-	case s.MinMatch < 1:
-		return fmt.Errorf("min_match must be positive, got %d", s.MinMatch)
+	case s.MinMatch < 1 || s.MinMatch > maxSize:
+		return fmt.Errorf("min_match must be from 1 to %d, got %d", maxSize, s.MinMatch)
 	case s.MinMatchRatio != nil && !(*s.MinMatchRatio >= 0 && *s.MinMatchRatio <= 1): // also rejects NaN
 		return fmt.Errorf("min_match_ratio must be from 0 to 1, got %v", *s.MinMatchRatio)
 	case s.TenantShare != nil && !(*s.TenantShare >= 0 && *s.TenantShare <= 1):
@@ -517,9 +517,15 @@ func (s *PrefixCacheSelection) Validate() error {
 	return p.Validate()
 }
 
-// maxSize bounds every size option: 1 TiB, far above any real one, and
-// far below where byte arithmetic could overflow.
+// maxSize bounds every size option, and chunk_size, max_chunks and
+// min_match: 1 TiB, far above any real one, and far below where byte
+// arithmetic could overflow.
 const maxSize = 1 << 40
+
+// maxMaxEntries bounds max_entries: 2^32 prefixes, 4096 times the
+// default and far above what a fleet's KV caches hold, below the index's
+// own limit (2^30 per shard of its 16).
+const maxMaxEntries = 1 << 32
 
 // Cleanup releases this config's hold on the shared index; the index is
 // dropped when no config holds it any more. It tolerates a partial
