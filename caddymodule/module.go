@@ -454,7 +454,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Bool("engine_queue", s.engineQueue),
 		zap.Bool("engine_prefill", s.enginePrefill),
 		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
-		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
+		zap.Bool("sync_load", s.sync != nil && *s.SyncLoad), // SyncRaw is nil once loaded
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
 		zap.String("fallback", s.fallbackName),
 		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
