@@ -258,17 +258,6 @@ func newScraper(ctx caddy.Context, cfg *EngineMetrics, logger *zap.Logger) *scra
 	}
 }
 
-// handlerOf returns the nearest reverse_proxy handler above the policy.
-func handlerOf(ctx caddy.Context) *reverseproxy.Handler {
-	mods := ctx.Modules()
-	for i := len(mods) - 1; i >= 0; i-- {
-		if h, ok := mods[i].(*reverseproxy.Handler); ok {
-			return h
-		}
-	}
-	return nil
-}
-
 // startScraping starts s's scraper on its first call. It runs from
 // Select, after the handler's provisioning set its transport.
 func (s *PrefixCacheSelection) startScraping() {

@@ -383,8 +383,13 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.enginePrefill = m.Prefill && s.nsPerByte > 0
 		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
 	}
-	s.reuse = handlerReuseOf(ctx)
-	s.staticDials = staticDialsOf(ctx)
+	h := handlerOf(ctx)
+	if h != nil && len(h.Upstreams) == 0 && h.DynamicUpstreams == nil && h.DynamicUpstreamsRaw == nil {
+		// Caddy accepts it and answers every request with an empty 503.
+		return fmt.Errorf("the reverse_proxy has no upstreams and no dynamic upstreams: every request would fail")
+	}
+	s.reuse = handlerReuseOf(h)
+	s.staticDials = staticDialsOf(h)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
@@ -784,25 +789,32 @@ func (s *PrefixCacheSelection) prefillNs(id prefixindex.ID, dial string, now int
 	return s.nsPerByte
 }
 
-// staticDialsOf returns the Dials of the static upstreams of the nearest
-// reverse_proxy handler above the policy, or nil with dynamic upstreams.
-func staticDialsOf(ctx caddy.Context) []string {
+// handlerOf returns the nearest reverse_proxy handler among the modules
+// that provisioned the policy (it may be a fallback of another policy),
+// or nil outside one. Caddy provisions the handler's selection policy
+// before its upstreams and health checks.
+func handlerOf(ctx caddy.Context) *reverseproxy.Handler {
 	mods := ctx.Modules()
 	for i := len(mods) - 1; i >= 0; i-- {
-		h, ok := mods[i].(*reverseproxy.Handler)
-		if !ok {
-			continue
+		if h, ok := mods[i].(*reverseproxy.Handler); ok {
+			return h
 		}
-		if h.DynamicUpstreams != nil || h.DynamicUpstreamsRaw != nil {
-			return nil
-		}
-		dials := make([]string, 0, len(h.Upstreams))
-		for _, u := range h.Upstreams {
-			dials = append(dials, u.Dial)
-		}
-		return dials
 	}
 	return nil
+}
+
+// staticDialsOf returns the Dials of the static upstreams of h, the
+// nearest reverse_proxy handler above the policy, or nil with dynamic
+// upstreams or no handler.
+func staticDialsOf(h *reverseproxy.Handler) []string {
+	if h == nil || h.DynamicUpstreams != nil || h.DynamicUpstreamsRaw != nil {
+		return nil
+	}
+	dials := make([]string, 0, len(h.Upstreams))
+	for _, u := range h.Upstreams {
+		dials = append(dials, u.Dial)
+	}
+	return dials
 }
 
 // anyAvailableExcept reports whether pool has an available upstream whose

@@ -2,6 +2,7 @@ package examples_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // operatorLines are the commented-out lines of Caddyfile.example that
@@ -73,9 +77,9 @@ func TestOperatorHeaders(t *testing.T) {
 }
 
 // TestUnsetUpstreams checks what Caddyfile.example's comment says of a
-// `caddy run` or `caddy reload` without UPSTREAMS in its environment:
-// no upstream, and every request fails with 503 instead of going to some
-// default address.
+// `caddy run` or `caddy reload` without UPSTREAMS in its environment: the
+// config fails to load, saying why, instead of answering every request
+// with 503 or going to some default address.
 func TestUnsetUpstreams(t *testing.T) {
 	if old, ok := os.LookupEnv("UPSTREAMS"); ok {
 		os.Unsetenv("UPSTREAMS")
@@ -85,10 +89,15 @@ func TestUnsetUpstreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	runCaddyfile(t, src, map[string]string{"LISTEN": ":" + port, "BIND": "127.0.0.1"})
-	o := newConversation(0).send(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:"+port)
-	if o.err == nil || !strings.HasPrefix(o.err.Error(), "status 503") {
-		t.Errorf("request without UPSTREAMS: %v, want status 503", o.err)
+	cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting: %v", err)
+	}
+	var cfg caddy.Config
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&cfg); err == nil || !strings.Contains(err.Error(), "no upstreams") {
+		t.Errorf("validating Caddyfile.example without UPSTREAMS: %v, want an error saying there are no upstreams", err)
 	}
 }
