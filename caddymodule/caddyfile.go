@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -57,8 +58,9 @@ import (
 //	}
 //
 // Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
-// prefill_rate is a size per second (64KiB). sync names a module of the
-// prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
+// prefill_rate is bytes of routing text per second, with a byte unit
+// (64KiB, ~16k tokens/s): a bare "16k" is refused. sync names a module of
+// the prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
 // engine_metrics alone scrapes each upstream's /metrics every second.
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -162,6 +164,12 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return err
 			}
 		case "prefill_rate":
+			if d.NextArg() {
+				if unitless(d.Val()) {
+					return d.Errf("invalid prefill_rate '%s': a rate in bytes of routing text per second takes a byte unit (64KiB is ~16k tokens/s at ~4 bytes a token)", d.Val())
+				}
+				d.Prev()
+			}
 			if err := sizeOrOff(d, "a size (bytes per second)", &s.PrefillRate); err != nil {
 				return err
 			}
@@ -418,6 +426,18 @@ func sizeOrOff(d *caddyfile.Dispenser, what string, dst **int64) error {
 		return d.ArgErr()
 	}
 	return nil
+}
+
+// unitless reports whether size is a size with a multiplier but no byte
+// unit
+// ("16k", "2M"): engines quote prefill in tokens per second, and "16k"
+// read as bytes would be a quarter of what its writer meant.
+func unitless(size string) bool {
+	if _, err := humanize.ParseBytes(size); err != nil {
+		return false // not a size at all: sizeOrOff says so
+	}
+	u := strings.ToLower(strings.TrimSpace(size))
+	return !strings.HasSuffix(u, "b") && strings.TrimLeft(u, "0123456789. ") != ""
 }
 
 // loadFallbackPolicy reads a selection policy and its options, as Caddy's
