@@ -288,6 +288,11 @@ func (s *PrefixCacheSelection) stopScraping() {
 // to a tenth of jitter), one scrape per upstream at a time, until stop.
 func (sc *scraper) run(s *PrefixCacheSelection) {
 	defer close(sc.done)
+	// After the last scrape: the connections the scrapes leave idle in
+	// the old config's transport would otherwise outlive it, when a
+	// scrape ends after Caddy's cleanup of the transport closed its idle
+	// ones.
+	defer sc.closeIdle()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	interval := time.Duration(sc.cfg.Interval)
@@ -325,10 +330,22 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 			go func() {
 				defer wg.Done()
 				outcome := sc.scrape(s, client, table, u)
+				if sc.stopping() {
+					// A reload or stop cancelled it: not the engine's
+					// doing, neither counted nor logged.
+					sc.mu.Lock()
+					delete(sc.busy, u.Dial)
+					sc.mu.Unlock()
+					return
+				}
 				metrics.scraped(outcome)
 				sc.mu.Lock()
 				delete(sc.busy, u.Dial)
-				changed := sc.last[u.Dial] != outcome.String()
+				// An upstream is presumed ok until a scrape says
+				// otherwise, so a new config's first good scrape is no
+				// change.
+				last, seen := sc.last[u.Dial]
+				changed := outcome.String() != last && (seen || outcome != scrapeOK)
 				sc.last[u.Dial] = outcome.String()
 				sc.mu.Unlock()
 				if changed {
@@ -337,6 +354,30 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 				}
 			}()
 		}
+	}
+}
+
+// stopping reports whether the scraper is being stopped: its config's
+// context is done, or Cleanup asked it to stop.
+func (sc *scraper) stopping() bool {
+	select {
+	case <-sc.stop:
+		return true
+	case <-sc.ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// closeIdle closes the idle connections of the transport the scrapes
+// used.
+func (sc *scraper) closeIdle() {
+	if sc.handler == nil {
+		return
+	}
+	if t, ok := sc.handler.Transport.(*reverseproxy.HTTPTransport); ok && t.Transport != nil {
+		t.Transport.CloseIdleConnections()
 	}
 }
 
