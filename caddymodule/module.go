@@ -388,6 +388,11 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		// Caddy accepts it and answers every request with an empty 503.
 		return fmt.Errorf("the reverse_proxy has no upstreams and no dynamic upstreams: every request would fail")
 	}
+	if h != nil && h.LoadBalancing != nil && h.LoadBalancing.TryDuration > 0 && h.RequestBuffers == 0 {
+		// Caddy starts the clock before Select, which reads the body.
+		s.logger.Warn("lb_try_duration's clock runs while the policy reads the request body: a slow upload spends the time a retry after a dial error needs; set request_buffers (Caddy then reads the body first), or use lb_retries",
+			zap.Duration("lb_try_duration", time.Duration(h.LoadBalancing.TryDuration)))
+	}
 	s.reuse = handlerReuseOf(h)
 	s.staticDials = staticDialsOf(h)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {

@@ -90,3 +90,39 @@ func logLines(t *testing.T, file, msg string) []map[string]any {
 	}
 	return lines
 }
+
+// lb_try_duration's clock runs while the policy reads the body: loading
+// it without request_buffers warns, with request_buffers it does not.
+func TestTryDurationWarnsWithoutRequestBuffers(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(backend.Close)
+	const msg = "lb_try_duration's clock runs while the policy reads the request body: a slow upload spends the time a retry after a dial error needs; set request_buffers (Caddy then reads the body first), or use lb_retries"
+	for _, tt := range []struct {
+		handler string
+		want    int
+	}{
+		{`"load_balancing": {"try_duration": "1s", "selection_policy": {"policy": "prefix_cache"}}`, 1},
+		{`"request_buffers": 4194304, "load_balancing": {"try_duration": "1s", "selection_policy": {"policy": "prefix_cache"}}`, 0},
+		{`"load_balancing": {"retries": 2, "selection_policy": {"policy": "prefix_cache"}}`, 0},
+	} {
+		logFile := filepath.Join(t.TempDir(), "caddy.log")
+		cfg := fmt.Sprintf(`{
+	"admin": {"disabled": true, "config": {"persist": false}},
+	"logging": {"logs": {"default": {"level": "INFO", "writer": {"output": "file", "filename": %q}, "encoder": {"format": "json"}}}},
+	"apps": {"http": {"servers": {"s": {
+		"listen": [%q],
+		"automatic_https": {"disable": true},
+		"routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": %q}], %s}]}]
+	}}}}
+}`, logFile, loopbackAddr(t), backend.Listener.Addr().String(), tt.handler)
+		if err := caddy.Load([]byte(cfg), true); err != nil {
+			t.Fatal(err)
+		}
+		if err := caddy.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(logLines(t, logFile, msg)); got != tt.want {
+			t.Errorf("{%s}: %d warnings, want %d", tt.handler, got, tt.want)
+		}
+	}
+}
