@@ -261,7 +261,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				is.Sync.Rejected[name] = ss.rejected[r].Load()
 			}
 		}
-		if pool := s.lastPool.Load(); pool != nil {
+		if pool := s.currentPool(); pool != nil {
 			tab := s.upstreams.peek(s.state.index, *pool)
 			now := time.Now().UnixNano()
 			for i, u := range *pool {
@@ -368,9 +368,9 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, res)
 			continue
 		}
-		pool := s.lastPool.Load()
+		pool := s.currentPool()
 		if pool == nil {
-			res.Error = "this instance has not routed a request yet, so its upstreams are unknown"
+			res.Error = "this instance has not routed a request yet, so its dynamic upstreams are unknown"
 			out = append(out, res)
 			continue
 		}

@@ -258,8 +258,8 @@ func newScraper(ctx caddy.Context, cfg *EngineMetrics, logger *zap.Logger) *scra
 	}
 }
 
-// startScraping starts s's scraper on its first call. It runs from
-// Select, after the handler's provisioning set its transport.
+// startScraping starts s's scraper on its first call, from Provision;
+// it scrapes once the config runs (currentPool).
 func (s *PrefixCacheSelection) startScraping() {
 	sc := s.scraper
 	if sc == nil {
@@ -298,11 +298,7 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 	interval := time.Duration(sc.cfg.Interval)
 	timer := time.NewTimer(rand.N(interval/10 + 1))
 	defer timer.Stop()
-	client := sc.client()
-	if client == nil {
-		sc.logger.Warn("engine_metrics: the reverse_proxy has no transport to scrape with; engines are not scraped")
-		return
-	}
+	var client *http.Client
 	table := s.state.engineTable()
 	for {
 		select {
@@ -313,9 +309,17 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 		case <-timer.C:
 		}
 		timer.Reset(interval + rand.N(interval/10+1))
-		pool := s.lastPool.Load()
+		pool := s.currentPool()
 		if pool == nil {
 			continue
+		}
+		if client == nil {
+			// Only now: the handler sets its default transport after
+			// provisioning the policy.
+			if client = sc.client(); client == nil {
+				sc.logger.Warn("engine_metrics: the reverse_proxy has no transport to scrape with; engines are not scraped")
+				return
+			}
 		}
 		sc.forgetDeparted(*pool)
 		for _, u := range *pool {

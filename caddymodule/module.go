@@ -9,6 +9,7 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -260,9 +261,11 @@ type PrefixCacheSelection struct {
 	engineQueue   bool       // engine_metrics' queue: engines' queues join the bound
 	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
 	engineStale   time.Duration
-	reuse         handlerReuse // when a retry may ask for a sent body again
-	staticDials   []string     // the handler's static upstreams, for the janitor
-	id            uint64       // the admin API's instance number
+	reuse         handlerReuse          // when a retry may ask for a sent body again
+	staticDials   []string              // the handler's static upstreams, for the janitor
+	id            uint64                // the admin API's instance number
+	handler       *reverseproxy.Handler // the reverse_proxy above the policy, or nil
+	root          context.Context       // the config's context, to know when it runs
 	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
 	upstreams     upstreamCache
 	logger        *zap.Logger
@@ -393,6 +396,7 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.logger.Warn("lb_try_duration's clock runs while the policy reads the request body: a slow upload spends the time a retry after a dial error needs; set request_buffers (Caddy then reads the body first), or use lb_retries",
 			zap.Duration("lb_try_duration", time.Duration(h.LoadBalancing.TryDuration)))
 	}
+	s.handler, s.root = h, ctx.Context
 	s.reuse = handlerReuseOf(h)
 	s.staticDials = staticDialsOf(h)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -408,6 +412,14 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		// can teach the capacity of an engine that publishes none.
 		s.state.index.TrackCapacities()
 	}
+	if s.SyncRaw != nil || s.EngineMetrics != nil {
+		// Static upstreams get their IDs now, so that placements from
+		// other edges and engines' scrapes apply before this one has
+		// routed a request.
+		if _, err := s.state.index.InternAll(s.staticDials, nil); err != nil {
+			return fmt.Errorf("interning upstreams: %w", err)
+		}
+	}
 	if s.SyncRaw != nil {
 		mod, err := ctx.LoadModule(s, "SyncRaw")
 		if err != nil {
@@ -417,16 +429,12 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		if !ok {
 			return fmt.Errorf("sync: module %T is not an edgesync.Transport", mod)
 		}
-		// Static upstreams get their IDs now, so that placements from
-		// other edges apply before this one has routed a request.
-		if _, err := s.state.index.InternAll(s.staticDials, nil); err != nil {
-			return fmt.Errorf("interning upstreams: %w", err)
-		}
 		s.startSync(t)
 	}
 	// Only now: other goroutines read s.sync from the list of instances.
 	addInstance(s)
 	s.startLoadReports()
+	s.startScraping() // scrapes begin once the config runs, not at its first request
 	s.logProvisioned(kept)
 	return nil
 }
@@ -557,7 +565,6 @@ func (s *PrefixCacheSelection) Cleanup() error {
 // request cannot be routed on. w may be nil.
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s.notePool(pool)
-	s.startScraping()
 	p, v := s.route(r)
 	if v != nil {
 		if v.attempts > 0 && p.buf.keepsAfterSent() {
