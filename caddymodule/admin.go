@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
@@ -67,7 +68,12 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 }
 
 type instanceStats struct {
-	Instance      uint64  `json:"instance"`
+	Instance uint64 `json:"instance"`
+	// Server is the name of the HTTP server the policy serves, and Route
+	// the path of its reverse_proxy handler in that server's config, as
+	// the admin API's /config/apps/http/servers/<server><route> reads it.
+	Server        string  `json:"server,omitempty"`
+	Route         string  `json:"route,omitempty"`
 	Index         string  `json:"index"`
 	ChunkSize     int     `json:"chunk_size"`
 	MaxChunks     int     `json:"max_chunks"`
@@ -223,6 +229,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 		owned := s.state.index.Owned()
 		is := instanceStats{
 			Instance: s.id, Index: s.state.key,
+			Server: s.serverName(), Route: s.routePath(),
 			ChunkSize: s.ChunkSize, MaxChunks: s.MaxChunks, MaxEntries: s.MaxEntries,
 			MaxBody: s.MaxBody, BodyBudget: s.BodyBudget,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
@@ -505,3 +512,40 @@ func ratio(a, b int64) float64 {
 
 // Interface guards
 var _ caddy.AdminRouter = (*AdminAPI)(nil)
+
+// serverName is the name of the HTTP server s serves, or "".
+func (s *PrefixCacheSelection) serverName() string {
+	if s.server == nil {
+		return ""
+	}
+	return s.server.Name()
+}
+
+// routePath is the config path of s's reverse_proxy handler within its
+// server, /routes/<i>/handle/<j>, through subroutes (handle, route), or
+// "" when it is not found.
+func (s *PrefixCacheSelection) routePath() string {
+	if s.server == nil || s.handler == nil {
+		return ""
+	}
+	return findHandler(s.server.Routes, s.handler, "")
+}
+
+func findHandler(routes caddyhttp.RouteList, h *reverseproxy.Handler, prefix string) string {
+	for i, r := range routes {
+		for j, mh := range r.Handlers {
+			at := fmt.Sprintf("%s/routes/%d/handle/%d", prefix, i, j)
+			switch x := mh.(type) {
+			case *reverseproxy.Handler:
+				if x == h {
+					return at
+				}
+			case *caddyhttp.Subroute:
+				if p := findHandler(x.Routes, h, at); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -265,6 +266,7 @@ type PrefixCacheSelection struct {
 	staticDials   []string              // the handler's static upstreams, for the janitor
 	id            uint64                // the admin API's instance number
 	handler       *reverseproxy.Handler // the reverse_proxy above the policy, or nil
+	server        *caddyhttp.Server     // the HTTP server it serves, or nil
 	root          context.Context       // the config's context, to know when it runs
 	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
 	upstreams     upstreamCache
@@ -397,6 +399,7 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 			zap.Duration("lb_try_duration", time.Duration(h.LoadBalancing.TryDuration)))
 	}
 	s.handler, s.root = h, ctx.Context
+	s.server, _ = ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	s.reuse = handlerReuseOf(h)
 	s.staticDials = staticDialsOf(h)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {

@@ -572,3 +572,51 @@ func TestPlaceholdersInAccessLog(t *testing.T) {
 		}
 	}
 }
+
+// The admin stats name each instance's server and the config path of
+// its reverse_proxy, which the admin API's config endpoint resolves to
+// that handler.
+func TestStatsNameServerAndRoute(t *testing.T) {
+	b := newBackend(t, "a")
+	port := freePort(t)
+	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	handle /v1/* {
+		reverse_proxy %s {
+			lb_policy prefix_cache
+		}
+	}
+	respond 404
+}
+`, port, b.addr()))
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Instances []struct{ Server, Route string } `json:"instances"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Instances) != 1 {
+		t.Fatalf("stats: %v, %d instances, want 1", err, len(st.Instances))
+	}
+	in := st.Instances[0]
+	if in.Server == "" || !strings.HasPrefix(in.Route, "/routes/") {
+		t.Fatalf("stats name server %q, route %q; want both", in.Server, in.Route)
+	}
+	resp, err = http.Get(admin + "/config/apps/http/servers/" + in.Server + in.Route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Handler       string `json:"handler"`
+		LoadBalancing struct {
+			SelectionPolicy struct{ Policy string } `json:"selection_policy"`
+		} `json:"load_balancing"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if err != nil || h.Handler != "reverse_proxy" || h.LoadBalancing.SelectionPolicy.Policy != "prefix_cache" {
+		t.Errorf("config at %s%s: %+v (%v), want the prefix_cache reverse_proxy", in.Server, in.Route, h, err)
+	}
+}
