@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -431,7 +432,11 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 	}
 	done := map[*sharedState]bool{}
 	entries := 0
+	exists := false
 	for _, t := range targets {
+		if pool := t.s.currentPool(); pool != nil && slices.ContainsFunc(*pool, func(u *reverseproxy.Upstream) bool { return u.Dial == dial }) {
+			exists = true
+		}
 		st := t.s.state
 		if done[st] {
 			continue
@@ -441,10 +446,16 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		if !known {
 			continue
 		}
+		exists = true
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
 		st.answers.forget(id)
 		st.capacities.forget(id)
+	}
+	if !exists {
+		// A typo, or the wrong edge: saying 200 with nothing forgotten
+		// would hide it.
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no instance routes to or remembers upstream %q", dial)}
 	}
 	for _, t := range targets {
 		t.s.upstreams.invalidate()

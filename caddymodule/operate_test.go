@@ -499,6 +499,20 @@ func TestAdminForgetOneUpstream(t *testing.T) {
 			t.Errorf("%s owns %d entries after another was forgotten, want %d", b.addr(), after[b.addr()], indexed[b.addr()])
 		}
 	}
+	// An upstream no instance routes to or remembers is a typo: 404,
+	// not 200 with nothing forgotten. One still in the pool that owns
+	// nothing now is forgotten again, with 0 entries.
+	for dial, want := range map[string]int{"10.255.0.1:8000": http.StatusNotFound, gone: http.StatusOK} {
+		resp, err := http.Post(admin+"/prefix_cache/forget?upstream="+dial, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("forget %s: status %d (%s), want %d", dial, resp.StatusCode, bytes.TrimSpace(body), want)
+		}
+	}
 }
 
 // caddy_prefix_cache_index_evictions_total is a counter: it never goes
