@@ -57,8 +57,11 @@ func TestReloadScrapesQuiet(t *testing.T) {
 }`, logFile, site, backend.Listener.Addr().String(), 1.5+float64(i%2)))
 	}
 	before := scrapeCounts(t)
+	// A connection per request: a reload closes the old server's idle
+	// ones, and a kept-alive one could be reset under the request.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	request := func() {
-		resp, err := http.Post("http://"+site+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(`{"messages":[{"role":"user","content":"hi"}]}`)))
+		resp, err := client.Post("http://"+site+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(`{"messages":[{"role":"user","content":"hi"}]}`)))
 		if err != nil {
 			t.Fatal(err)
 		}
