@@ -184,7 +184,10 @@ type PrefixCacheSelection struct {
 	// least min_match bytes and at least this share of the prompt counts.
 	// A long request that shares only a short preamble (a common system
 	// prompt) with what a replica holds is placed as a new conversation
-	// instead of herding onto the preamble's holders. 0 turns it off.
+	// instead of herding onto the preamble's holders. A match that
+	// covers the request's placement text (for chat, through the first
+	// user message) counts whatever its share: that holder has this
+	// conversation. 0 turns it off.
 	// Default: `0.3` (SGLang's cache_threshold).
 	MinMatchRatio *float64 `json:"min_match_ratio,omitempty"`
 
@@ -748,7 +751,16 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 
 	policy := s.policy
 	if r := *s.MinMatchRatio; r > 0 {
-		policy.MinDepth = max(policy.MinDepth, int(math.Ceil(r*float64(len(v.hashes)))))
+		depth := int(math.Ceil(r * float64(len(v.hashes))))
+		// A holder of the whole placement text (for chat, through the
+		// first user message) holds this conversation, not a preamble
+		// other conversations share: its match counts whatever share of
+		// the prompt it is. Otherwise a conversation whose answers
+		// outgrow its history, and one placed off its rendezvous home
+		// (by the bounds, the backlog or a failover), went cold again
+		// and moved on its next turn, prefilling its history anew.
+		depth = min(depth, max(1, v.placementLen/s.ChunkSize))
+		policy.MinDepth = max(policy.MinDepth, depth)
 	}
 	choice := policy.Choose(sc.cands, v.placement, int64(v.textLen))
 	chosen := sc.ups[choice.Index]
