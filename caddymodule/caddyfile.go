@@ -60,7 +60,7 @@ import (
 // Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
 // prefill_rate is bytes of routing text per second, with a byte unit
 // (64KiB, ~16k tokens/s): a bare "16k" is refused. sync names a module of
-// the prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
+// the http.prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
 // engine_metrics alone scrapes each upstream's /metrics every second.
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -213,7 +213,7 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Err("sync transport already specified")
 			}
 			name := d.Val()
-			mod, err := caddyfile.UnmarshalModule(d, "prefix_cache.sync."+name)
+			mod, err := caddyfile.UnmarshalModule(d, "http.prefix_cache.sync."+name)
 			if err != nil {
 				return err
 			}

@@ -220,12 +220,12 @@ type PrefixCacheSelection struct {
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
 	// Share placements with the other edges of a tier through this
-	// transport (a module of the prefix_cache.sync namespace, e.g.
+	// transport (a module of the http.prefix_cache.sync namespace, e.g.
 	// `{"transport": "redis", "url": "redis://10.0.0.5:6379"}`), so that
 	// every edge routes as if it had seen every request. Without it, or
 	// while the transport is down, each edge routes on what it learned
 	// alone. Default: none.
-	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=prefix_cache.sync inline_key=transport"`
+	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=http.prefix_cache.sync inline_key=transport"`
 
 	// Scrape each upstream's own Prometheus endpoint in the background
 	// (vLLM, SGLang, TGI or llama.cpp's server), through the

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -123,6 +124,46 @@ func TestTryDurationWarnsWithoutRequestBuffers(t *testing.T) {
 		}
 		if got := len(logLines(t, logFile, msg)); got != tt.want {
 			t.Errorf("{%s}: %d warnings, want %d", tt.handler, got, tt.want)
+		}
+	}
+}
+
+// The model matcher's deprecated name still matches, and says it is
+// deprecated when loaded; its new name says nothing.
+func TestDeprecatedModelMatcher(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(backend.Close)
+	const msg = "the model matcher is deprecated: it is now prefix_cache_model (http.matchers.prefix_cache_model), which works the same"
+	for name, want := range map[string]int{"model": 1, "prefix_cache_model": 0} {
+		logFile := filepath.Join(t.TempDir(), "caddy.log")
+		site := loopbackAddr(t)
+		cfg := fmt.Sprintf(`{
+	"admin": {"disabled": true, "config": {"persist": false}},
+	"logging": {"logs": {"default": {"level": "INFO", "writer": {"output": "file", "filename": %q}, "encoder": {"format": "json"}}}},
+	"apps": {"http": {"servers": {"s": {
+		"listen": [%q],
+		"automatic_https": {"disable": true},
+		"routes": [
+			{"match": [{%q: ["llama*"]}], "handle": [{"handler": "static_response", "status_code": 201}]},
+			{"handle": [{"handler": "static_response", "status_code": 404}]}
+		]
+	}}}}
+}`, logFile, site, name)
+		if err := caddy.Load([]byte(cfg), true); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post("http://"+site+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama-3","messages":[{"role":"user","content":"hi"}]}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err := caddy.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || resp.StatusCode != 201 {
+			t.Errorf("%s matcher: %v, status %v; want a match (201)", name, err, resp)
+		}
+		if got := len(logLines(t, logFile, msg)); got != want {
+			t.Errorf("%s matcher: %d deprecation warnings, want %d", name, got, want)
 		}
 	}
 }
