@@ -14,8 +14,9 @@ package prefixcache
 
 import (
 	// Registers http.reverse_proxy.selection_policies.prefix_cache, its
-	// admin API and the model matcher.
+	// admin API, the prefix_cache_model matcher and the prefix_cache_usage
+	// handler.
 	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
-	// Registers prefix_cache.sync.redis, placements shared over Redis.
+	// Registers http.prefix_cache.sync.redis, placements shared over Redis.
 	_ "github.com/prefixcache/caddy-prefixcache/edgesync/redis"
 )

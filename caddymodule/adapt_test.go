@@ -71,6 +71,7 @@ func adapt(t *testing.T, input string, wantErr bool) string {
 // and provisions (as `caddy adapt --validate` does) with this module.
 func TestExamplesAdapt(t *testing.T) {
 	t.Setenv("REDIS_PASSWORD", "test-secret") // examples/two-edges.Caddyfile asks operators for it
+	t.Setenv("UPSTREAMS", "127.0.0.1:8001")   // Caddyfile.example has no default
 	files, _ := filepath.Glob("../examples/*.Caddyfile")
 	files = append(files, "../Caddyfile.example")
 	for _, file := range files {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
@@ -67,7 +69,12 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 }
 
 type instanceStats struct {
-	Instance      uint64  `json:"instance"`
+	Instance uint64 `json:"instance"`
+	// Server is the name of the HTTP server the policy serves, and Route
+	// the path of its reverse_proxy handler in that server's config, as
+	// the admin API's /config/apps/http/servers/<server><route> reads it.
+	Server        string  `json:"server,omitempty"`
+	Route         string  `json:"route,omitempty"`
 	Index         string  `json:"index"`
 	ChunkSize     int     `json:"chunk_size"`
 	MaxChunks     int     `json:"max_chunks"`
@@ -223,6 +230,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 		owned := s.state.index.Owned()
 		is := instanceStats{
 			Instance: s.id, Index: s.state.key,
+			Server: s.serverName(), Route: s.routePath(),
 			ChunkSize: s.ChunkSize, MaxChunks: s.MaxChunks, MaxEntries: s.MaxEntries,
 			MaxBody: s.MaxBody, BodyBudget: s.BodyBudget,
 			LoadFactor: s.LoadFactor, LoadAllowance: *s.LoadAllowance, MinMatch: s.MinMatch,
@@ -261,7 +269,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				is.Sync.Rejected[name] = ss.rejected[r].Load()
 			}
 		}
-		if pool := s.lastPool.Load(); pool != nil {
+		if pool := s.currentPool(); pool != nil {
 			tab := s.upstreams.peek(s.state.index, *pool)
 			now := time.Now().UnixNano()
 			for i, u := range *pool {
@@ -368,9 +376,9 @@ func (a *AdminAPI) dryRun(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, res)
 			continue
 		}
-		pool := s.lastPool.Load()
+		pool := s.currentPool()
 		if pool == nil {
-			res.Error = "this instance has not routed a request yet, so its upstreams are unknown"
+			res.Error = "this instance has not routed a request yet, so its dynamic upstreams are unknown"
 			out = append(out, res)
 			continue
 		}
@@ -424,7 +432,11 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 	}
 	done := map[*sharedState]bool{}
 	entries := 0
+	exists := false
 	for _, t := range targets {
+		if pool := t.s.currentPool(); pool != nil && slices.ContainsFunc(*pool, func(u *reverseproxy.Upstream) bool { return u.Dial == dial }) {
+			exists = true
+		}
 		st := t.s.state
 		if done[st] {
 			continue
@@ -434,10 +446,16 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		if !known {
 			continue
 		}
+		exists = true
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
 		st.answers.forget(id)
 		st.capacities.forget(id)
+	}
+	if !exists {
+		// A typo, or the wrong edge: saying 200 with nothing forgotten
+		// would hide it.
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no instance routes to or remembers upstream %q", dial)}
 	}
 	for _, t := range targets {
 		t.s.upstreams.invalidate()
@@ -505,3 +523,40 @@ func ratio(a, b int64) float64 {
 
 // Interface guards
 var _ caddy.AdminRouter = (*AdminAPI)(nil)
+
+// serverName is the name of the HTTP server s serves, or "".
+func (s *PrefixCacheSelection) serverName() string {
+	if s.server == nil {
+		return ""
+	}
+	return s.server.Name()
+}
+
+// routePath is the config path of s's reverse_proxy handler within its
+// server, /routes/<i>/handle/<j>, through subroutes (handle, route), or
+// "" when it is not found.
+func (s *PrefixCacheSelection) routePath() string {
+	if s.server == nil || s.handler == nil {
+		return ""
+	}
+	return findHandler(s.server.Routes, s.handler, "")
+}
+
+func findHandler(routes caddyhttp.RouteList, h *reverseproxy.Handler, prefix string) string {
+	for i, r := range routes {
+		for j, mh := range r.Handlers {
+			at := fmt.Sprintf("%s/routes/%d/handle/%d", prefix, i, j)
+			switch x := mh.(type) {
+			case *reverseproxy.Handler:
+				if x == h {
+					return at
+				}
+			case *caddyhttp.Subroute:
+				if p := findHandler(x.Routes, h, at); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -57,8 +58,9 @@ import (
 //	}
 //
 // Sizes take units as Caddy's request_body max_size does (4MiB, 512KB);
-// prefill_rate is a size per second (64KiB). sync names a module of the
-// prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
+// prefill_rate is bytes of routing text per second, with a byte unit
+// (64KiB, ~16k tokens/s): a bare "16k" is refused. sync names a module of
+// the http.prefix_cache.sync namespace: `sync redis redis://10.0.0.5:6379/0`.
 // engine_metrics alone scrapes each upstream's /metrics every second.
 func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -69,19 +71,19 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "chunk_size":
-			if err := positiveInt(d, &s.ChunkSize); err != nil {
+			if err := positiveInt(d, &s.ChunkSize, maxSize); err != nil {
 				return err
 			}
 		case "max_chunks":
-			if err := positiveInt(d, &s.MaxChunks); err != nil {
+			if err := positiveInt(d, &s.MaxChunks, maxSize); err != nil {
 				return err
 			}
 		case "max_entries":
-			if err := positiveInt(d, &s.MaxEntries); err != nil {
+			if err := positiveInt(d, &s.MaxEntries, maxMaxEntries); err != nil {
 				return err
 			}
 		case "min_match":
-			if err := positiveInt(d, &s.MinMatch); err != nil {
+			if err := positiveInt(d, &s.MinMatch, maxSize); err != nil {
 				return err
 			}
 		case "min_match_ratio":
@@ -122,8 +124,8 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 			if err != nil {
 				return d.Errf("invalid load_factor '%s': %v", d.Val(), err)
 			}
-			if f < 1 {
-				return d.Errf("invalid load_factor '%s': must be at least 1", d.Val())
+			if !(f >= 1) || math.IsInf(f, 1) { // also rejects NaN
+				return d.Errf("invalid load_factor '%s': must be a finite number of at least 1", d.Val())
 			}
 			s.LoadFactor = f
 			if d.NextArg() {
@@ -162,6 +164,12 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return err
 			}
 		case "prefill_rate":
+			if d.NextArg() {
+				if unitless(d.Val()) {
+					return d.Errf("invalid prefill_rate '%s': a rate in bytes of routing text per second takes a byte unit (64KiB is ~16k tokens/s at ~4 bytes a token)", d.Val())
+				}
+				d.Prev()
+			}
 			if err := sizeOrOff(d, "a size (bytes per second)", &s.PrefillRate); err != nil {
 				return err
 			}
@@ -178,8 +186,8 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur < time.Duration(MinForgetAfter) {
-				return d.Errf("invalid forget_after '%s': must be a duration of at least %v", d.Val(), time.Duration(MinForgetAfter))
+			if err != nil || dur < time.Duration(MinForgetAfter) || dur > time.Duration(MaxForgetAfter) {
+				return d.Errf("invalid forget_after '%s': must be a duration from %v to %v", d.Val(), time.Duration(MinForgetAfter), time.Duration(MaxForgetAfter))
 			}
 			s.ForgetAfter = caddy.Duration(dur)
 			if d.NextArg() {
@@ -205,7 +213,7 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.Err("sync transport already specified")
 			}
 			name := d.Val()
-			mod, err := caddyfile.UnmarshalModule(d, "prefix_cache.sync."+name)
+			mod, err := caddyfile.UnmarshalModule(d, "http.prefix_cache.sync."+name)
 			if err != nil {
 				return err
 			}
@@ -267,11 +275,8 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch d.Val() {
 		case "port":
-			if err := positiveInt(d, &m.Port); err != nil {
+			if err := positiveInt(d, &m.Port, 65535); err != nil {
 				return nil, err
-			}
-			if m.Port > 65535 {
-				return nil, d.Errf("invalid port '%d': must be at most 65535", m.Port)
 			}
 		case "interval", "timeout":
 			name := d.Val()
@@ -281,6 +286,9 @@ func unmarshalEngineMetrics(d *caddyfile.Dispenser) (*EngineMetrics, error) {
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil || dur <= 0 {
 				return nil, d.Errf("invalid %s '%s': must be a positive duration", name, d.Val())
+			}
+			if name == "interval" && dur < minMetricsInterval {
+				return nil, d.Errf("invalid interval '%s': must be at least %v", d.Val(), minMetricsInterval)
 			}
 			if name == "interval" {
 				m.Interval = caddy.Duration(dur)
@@ -359,8 +367,9 @@ func onOff(d *caddyfile.Dispenser) (bool, error) {
 	return on, nil
 }
 
-// positiveInt reads the subdirective's single argument into dst.
-func positiveInt(d *caddyfile.Dispenser, dst *int) error {
+// positiveInt reads the subdirective's single argument, a whole number
+// from 1 to atMost, into dst.
+func positiveInt(d *caddyfile.Dispenser, dst *int, atMost int) error {
 	name := d.Val()
 	if !d.NextArg() {
 		return d.ArgErr()
@@ -369,8 +378,8 @@ func positiveInt(d *caddyfile.Dispenser, dst *int) error {
 	if err != nil {
 		return d.Errf("invalid %s '%s': %v", name, d.Val(), err)
 	}
-	if n < 1 {
-		return d.Errf("invalid %s '%s': must be positive", name, d.Val())
+	if n < 1 || n > atMost {
+		return d.Errf("invalid %s '%s': must be from 1 to %d", name, d.Val(), atMost)
 	}
 	*dst = n
 	if d.NextArg() {
@@ -417,6 +426,18 @@ func sizeOrOff(d *caddyfile.Dispenser, what string, dst **int64) error {
 		return d.ArgErr()
 	}
 	return nil
+}
+
+// unitless reports whether size is a size with a multiplier but no byte
+// unit
+// ("16k", "2M"): engines quote prefill in tokens per second, and "16k"
+// read as bytes would be a quarter of what its writer meant.
+func unitless(size string) bool {
+	if _, err := humanize.ParseBytes(size); err != nil {
+		return false // not a size at all: sizeOrOff says so
+	}
+	u := strings.ToLower(strings.TrimSpace(size))
+	return !strings.HasSuffix(u, "b") && strings.TrimLeft(u, "0123456789. ") != ""
 }
 
 // loadFallbackPolicy reads a selection policy and its options, as Caddy's

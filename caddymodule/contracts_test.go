@@ -361,8 +361,9 @@ func TestExpectContinueAnsweredBeforeUpstream(t *testing.T) {
 // started the lb_try_duration clock: with lb_try_duration shorter than
 // the upload, a retry after a dial error finds the budget spent, so some
 // requests fail that round_robin would serve. lb_retries counts attempts
-// and has no clock; with it (the README's advice), every request is
-// served whatever the upload's duration.
+// and has no clock; with it, or with request_buffers (Caddy then reads
+// the body before it starts the clock), every request is served whatever
+// the upload's duration.
 func TestSlowUploadAndRetryBudget(t *testing.T) {
 	live := newBackend(t, "live")
 	dead := freePort(t)
@@ -375,6 +376,8 @@ func TestSlowUploadAndRetryBudget(t *testing.T) {
 	}{
 		{"lb_retries", "lb_retries 1", true},
 		{"lb_try_duration above the upload", "lb_try_duration 10s", true},
+		// Caddy reads a buffered body before its clock starts.
+		{"lb_try_duration below the upload, with request_buffers", "lb_try_duration 1s\n\t\trequest_buffers 4MiB", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			port := freePort(t)

@@ -258,19 +258,8 @@ func newScraper(ctx caddy.Context, cfg *EngineMetrics, logger *zap.Logger) *scra
 	}
 }
 
-// handlerOf returns the nearest reverse_proxy handler above the policy.
-func handlerOf(ctx caddy.Context) *reverseproxy.Handler {
-	mods := ctx.Modules()
-	for i := len(mods) - 1; i >= 0; i-- {
-		if h, ok := mods[i].(*reverseproxy.Handler); ok {
-			return h
-		}
-	}
-	return nil
-}
-
-// startScraping starts s's scraper on its first call. It runs from
-// Select, after the handler's provisioning set its transport.
+// startScraping starts s's scraper on its first call, from Provision;
+// it scrapes once the config runs (currentPool).
 func (s *PrefixCacheSelection) startScraping() {
 	sc := s.scraper
 	if sc == nil {
@@ -299,16 +288,17 @@ func (s *PrefixCacheSelection) stopScraping() {
 // to a tenth of jitter), one scrape per upstream at a time, until stop.
 func (sc *scraper) run(s *PrefixCacheSelection) {
 	defer close(sc.done)
+	// After the last scrape: the connections the scrapes leave idle in
+	// the old config's transport would otherwise outlive it, when a
+	// scrape ends after Caddy's cleanup of the transport closed its idle
+	// ones.
+	defer sc.closeIdle()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	interval := time.Duration(sc.cfg.Interval)
 	timer := time.NewTimer(rand.N(interval/10 + 1))
 	defer timer.Stop()
-	client := sc.client()
-	if client == nil {
-		sc.logger.Warn("engine_metrics: the reverse_proxy has no transport to scrape with; engines are not scraped")
-		return
-	}
+	var client *http.Client
 	table := s.state.engineTable()
 	for {
 		select {
@@ -319,9 +309,17 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 		case <-timer.C:
 		}
 		timer.Reset(interval + rand.N(interval/10+1))
-		pool := s.lastPool.Load()
+		pool := s.currentPool()
 		if pool == nil {
 			continue
+		}
+		if client == nil {
+			// Only now: the handler sets its default transport after
+			// provisioning the policy.
+			if client = sc.client(); client == nil {
+				sc.logger.Warn("engine_metrics: the reverse_proxy has no transport to scrape with; engines are not scraped")
+				return
+			}
 		}
 		sc.forgetDeparted(*pool)
 		for _, u := range *pool {
@@ -336,10 +334,22 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 			go func() {
 				defer wg.Done()
 				outcome := sc.scrape(s, client, table, u)
+				if sc.stopping() {
+					// A reload or stop cancelled it: not the engine's
+					// doing, neither counted nor logged.
+					sc.mu.Lock()
+					delete(sc.busy, u.Dial)
+					sc.mu.Unlock()
+					return
+				}
 				metrics.scraped(outcome)
 				sc.mu.Lock()
 				delete(sc.busy, u.Dial)
-				changed := sc.last[u.Dial] != outcome.String()
+				// An upstream is presumed ok until a scrape says
+				// otherwise, so a new config's first good scrape is no
+				// change.
+				last, seen := sc.last[u.Dial]
+				changed := outcome.String() != last && (seen || outcome != scrapeOK)
 				sc.last[u.Dial] = outcome.String()
 				sc.mu.Unlock()
 				if changed {
@@ -348,6 +358,30 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 				}
 			}()
 		}
+	}
+}
+
+// stopping reports whether the scraper is being stopped: its config's
+// context is done, or Cleanup asked it to stop.
+func (sc *scraper) stopping() bool {
+	select {
+	case <-sc.stop:
+		return true
+	case <-sc.ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// closeIdle closes the idle connections of the transport the scrapes
+// used.
+func (sc *scraper) closeIdle() {
+	if sc.handler == nil {
+		return
+	}
+	if t, ok := sc.handler.Transport.(*reverseproxy.HTTPTransport); ok && t.Transport != nil {
+		t.Transport.CloseIdleConnections()
 	}
 }
 

@@ -524,3 +524,16 @@ func TestEnginePrefillSpeedFromTheEnginesCounters(t *testing.T) {
 		}
 	}
 }
+
+// A config's upstreams are in the admin stats, and their engines
+// scraped, from its start, not from its first request.
+func TestEngineScrapesBeforeTheFirstRequest(t *testing.T) {
+	b := newMetricsBackend(t, "idle")
+	b.setWaiting(3)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, metricsSite(port, []*metricsBackend{b}, "engine_metrics {\n\t\t\t\tinterval 100ms\n\t\t\t}"))
+	waitEngine(t, admin, b.addr(), func(e map[string]any) bool { return e["waiting"] == 3.0 }, "a scrape before any request")
+	if n := b.chats.Load(); n != 0 {
+		t.Fatalf("%d chat requests reached the engine, want none", n)
+	}
+}

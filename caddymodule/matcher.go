@@ -21,7 +21,7 @@ func init() {
 // Responses body, or of an Anthropic Messages body. One site can then
 // send each model to its own pool, each with its own prefix_cache policy:
 //
-//	@big model llama-3.1-70b*
+//	@big prefix_cache_model llama-3.1-70b*
 //	reverse_proxy @big 10.0.0.11:8000 10.0.0.12:8000 {
 //		lb_policy prefix_cache
 //	}
@@ -39,14 +39,14 @@ type MatchModel []string
 // CaddyModule returns the Caddy module information.
 func (MatchModel) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "http.matchers.model",
+		ID:  "http.matchers.prefix_cache_model",
 		New: func() caddy.Module { return new(MatchModel) },
 	}
 }
 
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens. Syntax:
 //
-//	model <patterns...>
+//	prefix_cache_model <patterns...>
 func (m *MatchModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.Next() { // the matcher's name, once per use in a matcher block
 		args := d.RemainingArgs()
@@ -62,7 +62,7 @@ func (m *MatchModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func (m MatchModel) Provision(caddy.Context) error {
 	for _, p := range m {
 		if p == "" {
-			return fmt.Errorf("model: empty pattern")
+			return fmt.Errorf("prefix_cache_model: empty pattern")
 		}
 	}
 	return nil

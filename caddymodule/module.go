@@ -9,6 +9,7 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -182,7 +184,10 @@ type PrefixCacheSelection struct {
 	// least min_match bytes and at least this share of the prompt counts.
 	// A long request that shares only a short preamble (a common system
 	// prompt) with what a replica holds is placed as a new conversation
-	// instead of herding onto the preamble's holders. 0 turns it off.
+	// instead of herding onto the preamble's holders. A match that
+	// covers the request's placement text (for chat, through the first
+	// user message) counts whatever its share: that holder has this
+	// conversation. 0 turns it off.
 	// Default: `0.3` (SGLang's cache_threshold).
 	MinMatchRatio *float64 `json:"min_match_ratio,omitempty"`
 
@@ -215,12 +220,12 @@ type PrefixCacheSelection struct {
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
 	// Share placements with the other edges of a tier through this
-	// transport (a module of the prefix_cache.sync namespace, e.g.
+	// transport (a module of the http.prefix_cache.sync namespace, e.g.
 	// `{"transport": "redis", "url": "redis://10.0.0.5:6379"}`), so that
 	// every edge routes as if it had seen every request. Without it, or
 	// while the transport is down, each edge routes on what it learned
 	// alone. Default: none.
-	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=prefix_cache.sync inline_key=transport"`
+	SyncRaw json.RawMessage `json:"sync,omitempty" caddy:"namespace=http.prefix_cache.sync inline_key=transport"`
 
 	// Scrape each upstream's own Prometheus endpoint in the background
 	// (vLLM, SGLang, TGI or llama.cpp's server), through the
@@ -260,9 +265,12 @@ type PrefixCacheSelection struct {
 	engineQueue   bool       // engine_metrics' queue: engines' queues join the bound
 	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
 	engineStale   time.Duration
-	reuse         handlerReuse // when a retry may ask for a sent body again
-	staticDials   []string     // the handler's static upstreams, for the janitor
-	id            uint64       // the admin API's instance number
+	reuse         handlerReuse          // when a retry may ask for a sent body again
+	staticDials   []string              // the handler's static upstreams, for the janitor
+	id            uint64                // the admin API's instance number
+	handler       *reverseproxy.Handler // the reverse_proxy above the policy, or nil
+	server        *caddyhttp.Server     // the HTTP server it serves, or nil
+	root          context.Context       // the config's context, to know when it runs
 	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
 	upstreams     upstreamCache
 	logger        *zap.Logger
@@ -383,8 +391,20 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.enginePrefill = m.Prefill && s.nsPerByte > 0
 		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
 	}
-	s.reuse = handlerReuseOf(ctx)
-	s.staticDials = staticDialsOf(ctx)
+	h := handlerOf(ctx)
+	if h != nil && len(h.Upstreams) == 0 && h.DynamicUpstreams == nil && h.DynamicUpstreamsRaw == nil {
+		// Caddy accepts it and answers every request with an empty 503.
+		return fmt.Errorf("the reverse_proxy has no upstreams and no dynamic upstreams: every request would fail")
+	}
+	if h != nil && h.LoadBalancing != nil && h.LoadBalancing.TryDuration > 0 && h.RequestBuffers == 0 {
+		// Caddy starts the clock before Select, which reads the body.
+		s.logger.Warn("lb_try_duration's clock runs while the policy reads the request body: a slow upload spends the time a retry after a dial error needs; set request_buffers (Caddy then reads the body first), or use lb_retries",
+			zap.Duration("lb_try_duration", time.Duration(h.LoadBalancing.TryDuration)))
+	}
+	s.handler, s.root = h, ctx.Context
+	s.server, _ = ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	s.reuse = handlerReuseOf(h)
+	s.staticDials = staticDialsOf(h)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
@@ -398,6 +418,14 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		// can teach the capacity of an engine that publishes none.
 		s.state.index.TrackCapacities()
 	}
+	if s.SyncRaw != nil || s.EngineMetrics != nil {
+		// Static upstreams get their IDs now, so that placements from
+		// other edges and engines' scrapes apply before this one has
+		// routed a request.
+		if _, err := s.state.index.InternAll(s.staticDials, nil); err != nil {
+			return fmt.Errorf("interning upstreams: %w", err)
+		}
+	}
 	if s.SyncRaw != nil {
 		mod, err := ctx.LoadModule(s, "SyncRaw")
 		if err != nil {
@@ -407,16 +435,12 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		if !ok {
 			return fmt.Errorf("sync: module %T is not an edgesync.Transport", mod)
 		}
-		// Static upstreams get their IDs now, so that placements from
-		// other edges apply before this one has routed a request.
-		if _, err := s.state.index.InternAll(s.staticDials, nil); err != nil {
-			return fmt.Errorf("interning upstreams: %w", err)
-		}
 		s.startSync(t)
 	}
 	// Only now: other goroutines read s.sync from the list of instances.
 	addInstance(s)
 	s.startLoadReports()
+	s.startScraping() // scrapes begin once the config runs, not at its first request
 	s.logProvisioned(kept)
 	return nil
 }
@@ -454,7 +478,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Bool("engine_queue", s.engineQueue),
 		zap.Bool("engine_prefill", s.enginePrefill),
 		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
-		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
+		zap.Bool("sync_load", s.sync != nil && *s.SyncLoad), // SyncRaw is nil once loaded
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
 		zap.String("fallback", s.fallbackName),
 		zap.Bool("body_kept_for_retries", s.reuse.retryAfterRead || !s.reuse.known),
@@ -464,18 +488,18 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 // Validate checks the configuration.
 func (s *PrefixCacheSelection) Validate() error {
 	switch {
-	case s.ChunkSize < 1:
-		return fmt.Errorf("chunk_size must be positive, got %d", s.ChunkSize)
-	case s.MaxChunks < 1:
-		return fmt.Errorf("max_chunks must be positive, got %d", s.MaxChunks)
-	case s.MaxEntries < 1:
-		return fmt.Errorf("max_entries must be positive, got %d", s.MaxEntries)
+	case s.ChunkSize < 1 || s.ChunkSize > maxSize:
+		return fmt.Errorf("chunk_size must be from 1 to %d, got %d", maxSize, s.ChunkSize)
+	case s.MaxChunks < 1 || s.MaxChunks > maxSize:
+		return fmt.Errorf("max_chunks must be from 1 to %d, got %d", maxSize, s.MaxChunks)
+	case s.MaxEntries < 1 || s.MaxEntries > maxMaxEntries:
+		return fmt.Errorf("max_entries must be from 1 to %d, got %d", maxMaxEntries, s.MaxEntries)
 	case s.MaxBody < 1 || s.MaxBody > maxSize:
 		return fmt.Errorf("max_body must be from 1 byte to 1TiB, got %d", s.MaxBody)
 	case s.BodyBudget < 0 || s.BodyBudget > maxSize:
 		return fmt.Errorf("body_budget must be from 0 to 1TiB, got %d", s.BodyBudget)
-	case s.MinMatch < 1:
-		return fmt.Errorf("min_match must be positive, got %d", s.MinMatch)
+	case s.MinMatch < 1 || s.MinMatch > maxSize:
+		return fmt.Errorf("min_match must be from 1 to %d, got %d", maxSize, s.MinMatch)
 	case s.MinMatchRatio != nil && !(*s.MinMatchRatio >= 0 && *s.MinMatchRatio <= 1): // also rejects NaN
 		return fmt.Errorf("min_match_ratio must be from 0 to 1, got %v", *s.MinMatchRatio)
 	case s.TenantShare != nil && !(*s.TenantShare >= 0 && *s.TenantShare <= 1):
@@ -517,9 +541,15 @@ func (s *PrefixCacheSelection) Validate() error {
 	return p.Validate()
 }
 
-// maxSize bounds every size option: 1 TiB, far above any real one, and
-// far below where byte arithmetic could overflow.
+// maxSize bounds every size option, and chunk_size, max_chunks and
+// min_match: 1 TiB, far above any real one, and far below where byte
+// arithmetic could overflow.
 const maxSize = 1 << 40
+
+// maxMaxEntries bounds max_entries: 2^32 prefixes, 4096 times the
+// default and far above what a fleet's KV caches hold, below the index's
+// own limit (2^30 per shard of its 16).
+const maxMaxEntries = 1 << 32
 
 // Cleanup releases this config's hold on the shared index; the index is
 // dropped when no config holds it any more. It tolerates a partial
@@ -541,7 +571,6 @@ func (s *PrefixCacheSelection) Cleanup() error {
 // request cannot be routed on. w may be nil.
 func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s.notePool(pool)
-	s.startScraping()
 	p, v := s.route(r)
 	if v != nil {
 		if v.attempts > 0 && p.buf.keepsAfterSent() {
@@ -722,7 +751,16 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 
 	policy := s.policy
 	if r := *s.MinMatchRatio; r > 0 {
-		policy.MinDepth = max(policy.MinDepth, int(math.Ceil(r*float64(len(v.hashes)))))
+		depth := int(math.Ceil(r * float64(len(v.hashes))))
+		// A holder of the whole placement text (for chat, through the
+		// first user message) holds this conversation, not a preamble
+		// other conversations share: its match counts whatever share of
+		// the prompt it is. Otherwise a conversation whose answers
+		// outgrow its history, and one placed off its rendezvous home
+		// (by the bounds, the backlog or a failover), went cold again
+		// and moved on its next turn, prefilling its history anew.
+		depth = min(depth, max(1, v.placementLen/s.ChunkSize))
+		policy.MinDepth = max(policy.MinDepth, depth)
 	}
 	choice := policy.Choose(sc.cands, v.placement, int64(v.textLen))
 	chosen := sc.ups[choice.Index]
@@ -778,25 +816,32 @@ func (s *PrefixCacheSelection) prefillNs(id prefixindex.ID, dial string, now int
 	return s.nsPerByte
 }
 
-// staticDialsOf returns the Dials of the static upstreams of the nearest
-// reverse_proxy handler above the policy, or nil with dynamic upstreams.
-func staticDialsOf(ctx caddy.Context) []string {
+// handlerOf returns the nearest reverse_proxy handler among the modules
+// that provisioned the policy (it may be a fallback of another policy),
+// or nil outside one. Caddy provisions the handler's selection policy
+// before its upstreams and health checks.
+func handlerOf(ctx caddy.Context) *reverseproxy.Handler {
 	mods := ctx.Modules()
 	for i := len(mods) - 1; i >= 0; i-- {
-		h, ok := mods[i].(*reverseproxy.Handler)
-		if !ok {
-			continue
+		if h, ok := mods[i].(*reverseproxy.Handler); ok {
+			return h
 		}
-		if h.DynamicUpstreams != nil || h.DynamicUpstreamsRaw != nil {
-			return nil
-		}
-		dials := make([]string, 0, len(h.Upstreams))
-		for _, u := range h.Upstreams {
-			dials = append(dials, u.Dial)
-		}
-		return dials
 	}
 	return nil
+}
+
+// staticDialsOf returns the Dials of the static upstreams of h, the
+// nearest reverse_proxy handler above the policy, or nil with dynamic
+// upstreams or no handler.
+func staticDialsOf(h *reverseproxy.Handler) []string {
+	if h == nil || h.DynamicUpstreams != nil || h.DynamicUpstreamsRaw != nil {
+		return nil
+	}
+	dials := make([]string, 0, len(h.Upstreams))
+	for _, u := range h.Upstreams {
+		dials = append(dials, u.Dial)
+	}
+	return dials
 }
 
 // anyAvailableExcept reports whether pool has an available upstream whose

@@ -499,6 +499,20 @@ func TestAdminForgetOneUpstream(t *testing.T) {
 			t.Errorf("%s owns %d entries after another was forgotten, want %d", b.addr(), after[b.addr()], indexed[b.addr()])
 		}
 	}
+	// An upstream no instance routes to or remembers is a typo: 404,
+	// not 200 with nothing forgotten. One still in the pool that owns
+	// nothing now is forgotten again, with 0 entries.
+	for dial, want := range map[string]int{"10.255.0.1:8000": http.StatusNotFound, gone: http.StatusOK} {
+		resp, err := http.Post(admin+"/prefix_cache/forget?upstream="+dial, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("forget %s: status %d (%s), want %d", dial, resp.StatusCode, bytes.TrimSpace(body), want)
+		}
+	}
 }
 
 // caddy_prefix_cache_index_evictions_total is a counter: it never goes
@@ -570,5 +584,53 @@ func TestPlaceholdersInAccessLog(t *testing.T) {
 		if l["prefix_cache_reason"] != want.reason || l["prefix_cache_skip"] != want.skip || !dials[fmt.Sprint(l["prefix_cache_upstream"])] {
 			t.Errorf("access log line %d: reason %v, skip %v, upstream %v; want %s, %q and a backend", i, l["prefix_cache_reason"], l["prefix_cache_skip"], l["prefix_cache_upstream"], want.reason, want.skip)
 		}
+	}
+}
+
+// The admin stats name each instance's server and the config path of
+// its reverse_proxy, which the admin API's config endpoint resolves to
+// that handler.
+func TestStatsNameServerAndRoute(t *testing.T) {
+	b := newBackend(t, "a")
+	port := freePort(t)
+	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	handle /v1/* {
+		reverse_proxy %s {
+			lb_policy prefix_cache
+		}
+	}
+	respond 404
+}
+`, port, b.addr()))
+	resp, err := http.Get(admin + "/prefix_cache/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Instances []struct{ Server, Route string } `json:"instances"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Instances) != 1 {
+		t.Fatalf("stats: %v, %d instances, want 1", err, len(st.Instances))
+	}
+	in := st.Instances[0]
+	if in.Server == "" || !strings.HasPrefix(in.Route, "/routes/") {
+		t.Fatalf("stats name server %q, route %q; want both", in.Server, in.Route)
+	}
+	resp, err = http.Get(admin + "/config/apps/http/servers/" + in.Server + in.Route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Handler       string `json:"handler"`
+		LoadBalancing struct {
+			SelectionPolicy struct{ Policy string } `json:"selection_policy"`
+		} `json:"load_balancing"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if err != nil || h.Handler != "reverse_proxy" || h.LoadBalancing.SelectionPolicy.Policy != "prefix_cache" {
+		t.Errorf("config at %s%s: %+v (%v), want the prefix_cache reverse_proxy", in.Server, in.Route, h, err)
 	}
 }

@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"net/http"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -46,26 +45,20 @@ type handlerReuse struct {
 	requestBuffers int64 // request_buffers: Caddy holds bodies up to this size itself (-1: any)
 }
 
-// handlerReuseOf finds the nearest reverse_proxy handler among the
-// modules that provisioned this one (the policy may be a fallback of
-// another policy) and reads its retry and buffering options. The
+// handlerReuseOf reads the retry and buffering options of h, the
+// nearest reverse_proxy handler above the policy (nil: none). The
 // handler's lb_retry_match is still raw JSON at this point: Caddy
 // provisions the selection policy first.
-func handlerReuseOf(ctx caddy.Context) handlerReuse {
-	mods := ctx.Modules()
-	for i := len(mods) - 1; i >= 0; i-- {
-		h, ok := mods[i].(*reverseproxy.Handler)
-		if !ok {
-			continue
-		}
-		hr := handlerReuse{known: true, requestBuffers: h.RequestBuffers}
-		if lb := h.LoadBalancing; lb != nil {
-			retries := lb.Retries > 0 || lb.TryDuration > 0
-			hr.retryAfterRead = retries && (len(lb.RetryMatchRaw) > 0 || len(lb.RetryMatch) > 0)
-		}
-		return hr
+func handlerReuseOf(h *reverseproxy.Handler) handlerReuse {
+	if h == nil {
+		return handlerReuse{}
 	}
-	return handlerReuse{}
+	hr := handlerReuse{known: true, requestBuffers: h.RequestBuffers}
+	if lb := h.LoadBalancing; lb != nil {
+		retries := lb.Retries > 0 || lb.TryDuration > 0
+		hr.retryAfterRead = retries && (len(lb.RetryMatchRaw) > 0 || len(lb.RetryMatch) > 0)
+	}
+	return hr
 }
 
 // keepBody reports whether r's body must be kept after the transport has

@@ -104,7 +104,10 @@ type view struct {
 	hashes    []prefixindex.Hash
 	hashBytes int64 // counted against the body budget until the request ends
 	placement uint64
-	textLen   int
+	// placementLen is the length of the placement text (for chat, the
+	// routing text through the first user message).
+	placementLen int
+	textLen      int
 	// tried lists the upstreams earlier attempts chose.
 	tried []string
 	// attempts counts this instance's Selects for the request, routed or
@@ -265,6 +268,7 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 	v.hashBytes = 8 * int64(n)
 	v.hashes = s.chunker.Append(make([]prefixindex.Hash, 0, n), seed, text)
 	v.placement = placementKey(seed, text[:req.Placement])
+	v.placementLen = req.Placement
 }
 
 // tenantKey names a tenant's scope of the index: a hash of its value,

@@ -267,6 +267,28 @@ func eachInstance(fn func(*PrefixCacheSelection)) {
 	}
 }
 
+// currentPool returns the instance's current upstreams: the last pool
+// Select saw or, before the first request, the static upstreams of its
+// reverse_proxy handler once its config is running (Caddy provisions
+// them after the policy, and the active context is published after
+// every module is provisioned). Nil with dynamic upstreams until a
+// request, and for a config that is not running.
+func (s *PrefixCacheSelection) currentPool() *reverseproxy.UpstreamPool {
+	if pool := s.lastPool.Load(); pool != nil {
+		return pool
+	}
+	if s.handler == nil || len(s.staticDials) == 0 {
+		return nil
+	}
+	// The http app wraps the config's context in values; its Done
+	// channel is the config's.
+	if active := caddy.ActiveContext(); active.Context == nil || active.Done() != s.root.Done() {
+		return nil
+	}
+	s.notePool(s.handler.Upstreams)
+	return s.lastPool.Load()
+}
+
 // notePool remembers pool as the instance's current upstreams. A static
 // pool is the same slice on every request, so this stores once per config;
 // Caddy's dynamic upstreams build a new slice per request, each stored (one

@@ -11,7 +11,7 @@ import (
 )
 
 // Several edges share what they learn, and their load (tierload.go),
-// through a transport module of the prefix_cache.sync namespace
+// through a transport module of the http.prefix_cache.sync namespace
 // (edgesync/redis). Each edge publishes what it records: at selection the
 // chunk hashes and the chosen upstream's Dial (Placed), and at the
 // request's end, when the upstream answered 2xx, the same again

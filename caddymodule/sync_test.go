@@ -25,7 +25,7 @@ func init() {
 	caddy.RegisterModule(new(fakeTransport))
 }
 
-// fakeTransport is the prefix_cache.sync.fake module of these tests: a
+// fakeTransport is the http.prefix_cache.sync.fake module of these tests: a
 // transport whose messages go nowhere by themselves. Publish records a
 // copy on the bus named Bus; the test hands messages to the subscribers
 // with deliver, on its own goroutine, as a transport does on its own.
@@ -50,7 +50,7 @@ func busNamed(name string) *fakeBus {
 
 func (*fakeTransport) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "prefix_cache.sync.fake",
+		ID:  "http.prefix_cache.sync.fake",
 		New: func() caddy.Module { return new(fakeTransport) },
 	}
 }

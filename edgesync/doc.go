@@ -2,7 +2,7 @@
 // the wire format of a placement message (an edge chose an upstream for a
 // prompt's chain of chunk hashes) and the Transport interface that carries
 // such messages between edges. Transports are Caddy modules in the
-// namespace prefix_cache.sync (edgesync/redis is the first); this package
+// namespace http.prefix_cache.sync (edgesync/redis is the first); this package
 // imports neither Caddy nor net/http.
 //
 // # Threat model

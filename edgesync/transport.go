@@ -7,7 +7,7 @@ import (
 )
 
 // Transport carries encoded placement messages between edges. It is what
-// a module in the Caddy namespace prefix_cache.sync provides to the
+// a module in the Caddy namespace http.prefix_cache.sync provides to the
 // policy; edgesync/redis is one.
 type Transport interface {
 	// Publish hands an encoded message to the transport for every other

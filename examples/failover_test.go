@@ -40,6 +40,7 @@ type engine struct {
 	held     []string      // request IDs waiting at the gate
 	turns    []turn        // chat requests answered, in order
 	healthOK int           // /health probes answered
+	answer   int           // words per answer; 0: 30
 }
 
 // turn is one chat request an engine answered.
@@ -121,6 +122,7 @@ func (e *engine) chat(w http.ResponseWriter, r *http.Request) {
 
 	e.mu.Lock()
 	e.turns = append(e.turns, turn{conv: m[1], n: n, engine: e.name})
+	answer := e.answer
 	e.mu.Unlock()
 	e.changed.notify()
 	w.Header().Set("Content-Type", "application/json")
@@ -131,15 +133,19 @@ func (e *engine) chat(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{map[string]any{
 			"index":         0,
 			"finish_reason": "stop",
-			"message":       map[string]any{"role": "assistant", "content": reply(m[1], n)},
+			"message":       map[string]any{"role": "assistant", "content": reply(m[1], n, answer)},
 		}},
 		"usage": map[string]any{"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
 	})
 }
 
-// reply is the assistant's answer to turn n of conversation conv.
-func reply(conv string, n int) string {
-	return fmt.Sprintf("answer %d of %s: %s", n, conv, words("a"+conv, 30))
+// reply is the assistant's answer to turn n of conversation conv, of
+// size words (0: 30, the same each turn; else different each turn).
+func reply(conv string, n, size int) string {
+	if size == 0 {
+		return fmt.Sprintf("answer %d of %s: %s", n, conv, words("a"+conv, 30))
+	}
+	return fmt.Sprintf("answer %d of %s: %s", n, conv, words(fmt.Sprintf("a%s-%d", conv, n), size))
 }
 
 // hold makes chat requests wait unanswered until kill.

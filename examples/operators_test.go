@@ -1,14 +1,21 @@
 package examples_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // operatorLines are the commented-out lines of Caddyfile.example that
@@ -73,9 +80,9 @@ func TestOperatorHeaders(t *testing.T) {
 }
 
 // TestUnsetUpstreams checks what Caddyfile.example's comment says of a
-// `caddy run` or `caddy reload` without UPSTREAMS in its environment:
-// no upstream, and every request fails with 503 instead of going to some
-// default address.
+// `caddy run` or `caddy reload` without UPSTREAMS in its environment: the
+// config fails to load, saying why, instead of answering every request
+// with 503 or going to some default address.
 func TestUnsetUpstreams(t *testing.T) {
 	if old, ok := os.LookupEnv("UPSTREAMS"); ok {
 		os.Unsetenv("UPSTREAMS")
@@ -85,10 +92,73 @@ func TestUnsetUpstreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting: %v", err)
+	}
+	var cfg caddy.Config
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&cfg); err == nil || !strings.Contains(err.Error(), "no upstreams") {
+		t.Errorf("validating Caddyfile.example without UPSTREAMS: %v, want an error saying there are no upstreams", err)
+	}
+}
+
+// TestExampleTenantLog checks what Caddyfile.example says of clients
+// without a key: their requests go to the fallback policy, and the
+// access log says why (prefix_cache_skip no_tenant), beside the routed
+// requests of a client with one.
+func TestExampleTenantLog(t *testing.T) {
+	src, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	src, n := bytes.CutSuffix(bytes.TrimSpace(src), []byte("\tlog\n}"))
+	if !n {
+		t.Fatal("Caddyfile.example's site block no longer ends with its log directive")
+	}
+	src = append(src, fmt.Sprintf("\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n}\n", accessLog)...)
+
+	e := startEngine(t, "e0")
 	_, port, _ := net.SplitHostPort(freeAddr(t))
-	runCaddyfile(t, src, map[string]string{"LISTEN": ":" + port, "BIND": "127.0.0.1"})
-	o := newConversation(0).send(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:"+port)
-	if o.err == nil || !strings.HasPrefix(o.err.Error(), "status 503") {
-		t.Errorf("request without UPSTREAMS: %v, want status 503", o.err)
+	runCaddyfile(t, src, map[string]string{"UPSTREAMS": e.addr, "LISTEN": ":" + port, "BIND": "127.0.0.1"})
+	url := "http://127.0.0.1:" + port
+	client := &http.Client{Timeout: 10 * time.Second}
+	keyed, keyless := newConversation(0), newConversation(1)
+	keyless.key = ""
+	for _, c := range []*conversation{keyed, keyless} {
+		for _, o := range c.turn(client, url) {
+			if o.err != nil {
+				t.Fatalf("conversation %s: %v", c.id, o.err)
+			}
+		}
+	}
+	var got []string
+	poll(t, 10*time.Second, "two access log lines", func() bool {
+		raw, _ := os.ReadFile(accessLog)
+		got = strings.Split(strings.TrimSpace(string(raw)), "\n")
+		return len(got) >= 2
+	})
+	var routed, skipped int
+	for i, l := range got {
+		var line map[string]any
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("access log line %d: %v", i, err)
+		}
+		reason, _ := line["prefix_cache_reason"].(string)
+		skip, _ := line["prefix_cache_skip"].(string)
+		switch {
+		case reason == "fallback" && skip == "no_tenant":
+			skipped++
+		case reason != "fallback" && reason != "" && skip == "":
+			routed++
+		default:
+			t.Errorf("access log line %d: reason %q, skip %q; want a routing reason, or fallback for no_tenant", i, reason, skip)
+		}
+	}
+	if routed != 1 || skipped != 1 {
+		t.Errorf("%d requests routed and %d sent to the fallback for no_tenant, want 1 and 1 (the keyed and the keyless client)", routed, skipped)
 	}
 }

@@ -71,7 +71,7 @@ func parsePolicySync(input string) (json.RawMessage, error) {
 			return nil, d.ArgErr()
 		}
 		name := d.Val()
-		unm, err := caddyfile.UnmarshalModule(d, "prefix_cache.sync."+name)
+		unm, err := caddyfile.UnmarshalModule(d, "http.prefix_cache.sync."+name)
 		if err != nil {
 			return nil, err
 		}

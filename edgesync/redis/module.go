@@ -1,4 +1,4 @@
-// Package redis is the prefix_cache.sync.redis module: it carries the
+// Package redis is the http.prefix_cache.sync.redis module: it carries the
 // placements of several Caddy edges over one Redis Pub/Sub channel, with
 // github.com/redis/go-redis/v9. Anything that speaks Redis's protocol and
 // its PUBLISH and SUBSCRIBE commands works the same way (Valkey, KeyDB,
@@ -121,7 +121,7 @@ type Transport struct {
 // CaddyModule returns the Caddy module information.
 func (*Transport) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "prefix_cache.sync.redis",
+		ID:  "http.prefix_cache.sync.redis",
 		New: func() caddy.Module { return new(Transport) },
 	}
 }

@@ -20,14 +20,14 @@ import (
 
 func TestModuleInfo(t *testing.T) {
 	info := new(Transport).CaddyModule()
-	if info.ID != "prefix_cache.sync.redis" {
-		t.Errorf("CaddyModule().ID = %q, want %q", info.ID, "prefix_cache.sync.redis")
+	if info.ID != "http.prefix_cache.sync.redis" {
+		t.Errorf("CaddyModule().ID = %q, want %q", info.ID, "http.prefix_cache.sync.redis")
 	}
 	if _, ok := info.New().(edgesync.Transport); !ok {
 		t.Errorf("CaddyModule().New() = %T, not an edgesync.Transport", info.New())
 	}
-	if _, err := caddy.GetModule("prefix_cache.sync.redis"); err != nil {
-		t.Errorf("GetModule(prefix_cache.sync.redis) = %v", err)
+	if _, err := caddy.GetModule("http.prefix_cache.sync.redis"); err != nil {
+		t.Errorf("GetModule(http.prefix_cache.sync.redis) = %v", err)
 	}
 }
 
