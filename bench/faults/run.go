@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the Caddyfile adapter
 	_ "github.com/caddyserver/caddy/v2/modules/standard"      // reverse_proxy, least_conn
 
@@ -354,9 +353,6 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		caddyfile := fmt.Sprintf(`{
 	admin off
 	persist_config off
-	log default {
-		output discard
-	}
 	storage file_system %s
 	http_port %d
 	https_port %d
@@ -368,9 +364,15 @@ http://%s {
 	}
 }
 `, storage, httpPort, httpsPort, listen, strings.Join(dials, " "), opts.Policy, policyBlock, proxyOpts)
-		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+		// Adapted as prefixbench adapts its Caddyfiles: prefix_cache's
+		// prefill_rate and intervals follow the engines' simulated clock,
+		// so that its estimate of their queues drains as fast as they do.
+		cfg, err := driver.AdaptCaddyfile([]byte(caddyfile), nil, driver.Policy{}, opts.Engine.TimeScale)
 		if err != nil {
-			return res, fmt.Errorf("adapting Caddyfile: %w\n%s", err, caddyfile)
+			return res, fmt.Errorf("%w\n%s", err, caddyfile)
+		}
+		if cfg, err = discardLogs(cfg); err != nil {
+			return res, err
 		}
 		if opts.Sync == driver.SyncRedis {
 			var found int
@@ -572,6 +574,17 @@ http://%s {
 		}
 	}
 	return res, nil
+}
+
+// discardLogs sets a JSON config's logs to be discarded: the faults make
+// Caddy log every failed attempt, and the run reports them itself.
+func discardLogs(cfg []byte) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(cfg, &m); err != nil {
+		return nil, fmt.Errorf("decoding adapted config: %w", err)
+	}
+	m["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"writer": map[string]any{"output": "discard"}}}}
+	return json.Marshal(m)
 }
 
 // ask sends one chat turn and returns the assistant's answer and the
