@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -210,4 +211,67 @@ func TestMultiModelFailsOpen(t *testing.T) {
 		}
 	}
 	t.Logf("under the attack: %v", seen)
+}
+
+// TestBudgetRecoversAfterAttack runs examples/multi-model.Caddyfile under
+// the stalled-upload attack until the body budget is spent, then ends
+// the attack: within 10 s of the last upload closing, the buffers it
+// held no longer count, and a 600 KB request is read and routed by its
+// model again. On an idle edge nothing else allocates, so the collector
+// waits for its two-minute cycle; here the test's own clients allocate in
+// Caddy's process, so the collector's pacing is off (GOGC=off, as far as
+// the runtime is concerned): it runs only when asked or at the memory
+// limit. On a busy edge, small requests keep the pools' small buffers in
+// use throughout.
+func TestBudgetRecoversAfterAttack(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "busy"}[busy], func(t *testing.T) {
+			withMemoryLimit(t, budgetLimit)
+			defer debug.SetGCPercent(debug.SetGCPercent(-1))
+			llama := []*engine{startEngine(t, "l0"), startEngine(t, "l1"), startEngine(t, "l2"), startEngine(t, "l3")}
+			qwen := []*engine{startEngine(t, "q0"), startEngine(t, "q1")}
+			all := append(append([]*engine{}, llama...), qwen...)
+			_, port, _ := net.SplitHostPort(freeAddr(t))
+			admin := runCaddyfile(t, multiModel(t, port, llama, qwen), nil)
+			url := "http://127.0.0.1:" + port
+			client := &http.Client{Timeout: 30 * time.Second}
+			budget := metric(t, admin, "caddy_prefix_cache_body_budget_bytes")
+
+			conns := spend(t, admin, "127.0.0.1:"+port, budget)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			if busy {
+				for c := range 2 {
+					wg.Go(func() {
+						for i := 0; ; i++ {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							body := modelBody("qwen2.5-7b", 20+c, 2_000+i%7*1000)
+							if resp, err := client.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body)); err == nil {
+								io.Copy(io.Discard, resp.Body)
+								resp.Body.Close()
+							}
+						}
+					})
+				}
+			}
+			defer func() { close(stop); wg.Wait() }()
+
+			for _, c := range conns {
+				c.Close()
+			}
+			ended := time.Now()
+			poll(t, 10*time.Second, "the ended uploads' buffers to stop counting against the budget", func() bool {
+				return metric(t, admin, "caddy_prefix_cache_body_bytes_allocated")*headroom+float64(1<<20) <= budget
+			})
+			code, e := ask(t, client, url, modelBody("qwen2.5-7b", 1, 600_000), all)
+			if code != http.StatusOK || e == "" || e[0] != 'q' {
+				t.Errorf("%v after the attack ended, a 600 KB qwen request: %d from %q, want 200 from the qwen pool", time.Since(ended).Round(time.Millisecond), code, e)
+			}
+			t.Logf("a 600 KB buffer fit %v after the attack ended", time.Since(ended).Round(time.Millisecond))
+		})
+	}
 }
