@@ -261,6 +261,7 @@ type PrefixCacheSelection struct {
 	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
 	engineStale   time.Duration
 	reuse         handlerReuse // when a retry may ask for a sent body again
+	failures      dialFailures // upstreams that requests could not reach lately (dialfail.go)
 	staticDials   []string     // the handler's static upstreams, for the janitor
 	id            uint64       // the admin API's instance number
 	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
@@ -554,6 +555,10 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 				r.Body = again
 			}
 		}
+		if v.attempts > 0 && len(v.tried) > 0 {
+			// A retry: the attempt before failed at its upstream.
+			s.failures.failed(v.tried[len(v.tried)-1], time.Now().UnixNano())
+		}
 		v.attempts++
 	}
 	switch {
@@ -653,6 +658,10 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	// upstream only when passive health checks are on, and the index
 	// would send the request straight back.
 	avoid := v.tried
+	if s.failures.n.Load() > 0 {
+		// And those other requests failed on lately (dialfail.go).
+		avoid = append(s.failures.recent(time.Now().UnixNano()), avoid...)
+	}
 	if len(avoid) > 0 && !anyAvailableExcept(pool, avoid) {
 		avoid = nil
 	}
@@ -667,7 +676,11 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	now := s.state.now()
 	unindexed := false
 	for i, u := range pool {
-		if !u.Available() || slices.Contains(avoid, u.Dial) {
+		if !u.Available() {
+			s.failures.forget(u.Dial)
+			continue
+		}
+		if slices.Contains(avoid, u.Dial) {
 			continue
 		}
 		id := tab.ids[i]

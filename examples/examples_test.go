@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -140,8 +141,9 @@ func get(v any, keys ...string) any {
 // TestSurvivesDeadReplica checks that every prefix_cache proxy of every
 // shipped Caddyfile has what TestFailover shows Caddyfile.example needs
 // when a replica dies: active health checks on the engines' /health,
-// passive health checks, retries after dial errors only, no
-// lb_try_duration, and streaming.
+// retries after dial errors only, no lb_try_duration, and streaming; and
+// no passive health checks, which clients can trip
+// (TestClientsCannotMarkEnginesDown).
 func TestSurvivesDeadReplica(t *testing.T) {
 	for _, file := range shipped(t) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -153,8 +155,8 @@ func TestSurvivesDeadReplica(t *testing.T) {
 				if got := get(h, "health_checks", "active", "uri"); got != "/health" {
 					t.Errorf("proxy %d: health_uri = %v, want /health (vLLM's and SGLang's health endpoint)", i, got)
 				}
-				if d, _ := get(h, "health_checks", "passive", "fail_duration").(float64); d <= 0 {
-					t.Errorf("proxy %d: fail_duration = %v, want > 0 (passive health checks)", i, d)
+				if p := get(h, "health_checks", "passive"); p != nil {
+					t.Errorf("proxy %d: passive health checks %v: Caddy counts a client's failed upload against the upstream, so clients could mark every engine down (TestClientsCannotMarkEnginesDown)", i, p)
 				}
 				if n, _ := get(h, "load_balancing", "retries").(float64); n < 1 {
 					t.Errorf("proxy %d: lb_retries = %v, want at least 1", i, n)
@@ -167,6 +169,32 @@ func TestSurvivesDeadReplica(t *testing.T) {
 				}
 				if fi := h["flush_interval"]; fi != float64(-1) {
 					t.Errorf("proxy %d: flush_interval = %v, want -1 (tokens stream as produced)", i, fi)
+				}
+			}
+		})
+	}
+}
+
+// TestReadTimeouts checks that every server of every shipped Caddyfile
+// cuts off uploads that stall (read_body_idle) or trickle (its minimum
+// rate), and slow headers: a stalled upload holds a body buffer, and a
+// trickle of a byte a second never goes idle.
+func TestReadTimeouts(t *testing.T) {
+	for _, file := range shipped(t) {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			servers, _ := get(adaptFile(t, file, exampleEnv), "apps", "http", "servers").(map[string]any)
+			if len(servers) == 0 {
+				t.Fatalf("%s has no server", file)
+			}
+			for name, srv := range servers {
+				if d, _ := get(srv, "read_idle_timeout").(float64); d <= 0 || time.Duration(d) > time.Minute {
+					t.Errorf("server %s: read_body_idle = %v, want set, at most 1m", name, time.Duration(d))
+				}
+				if r, _ := get(srv, "read_min_rate").(float64); r < 1 {
+					t.Errorf("server %s: read_body_idle's minimum rate = %v, want set (a trickle never goes idle)", name, r)
+				}
+				if d, _ := get(srv, "read_header_timeout").(float64); d <= 0 {
+					t.Errorf("server %s: read_header = %v, want set", name, time.Duration(d))
 				}
 			}
 		})
@@ -398,6 +426,9 @@ func TestREADMEExample(t *testing.T) {
 	var want map[string]any
 	if err := json.Unmarshal([]byte(jsonBlock), &want); err != nil {
 		t.Fatalf("the README's JSON example: %v", err)
+	}
+	if p := get(proxies[0], "health_checks", "passive"); p != nil {
+		t.Errorf("the README's example has passive health checks %v, which clients can trip (TestClientsCannotMarkEnginesDown)", p)
 	}
 	got, _ := json.Marshal(proxies[0])
 	wantJSON, _ := json.Marshal(want)
