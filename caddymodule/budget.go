@@ -116,12 +116,12 @@ func releaseHashes(n int64) { bodyHashes.Add(-n) }
 // garbage collector frees it. It returns nil if the buffer does not fit.
 func allocBody(capacity int, budget int64) []byte {
 	n := int64(capacity)
-	if budgetSeen.Load() != budget {
-		budgetSeen.Store(budget)
-	}
 	for {
 		cur := bodyAllocated.Load()
 		if !fits(cur+bodyHashes.Load()+n, budget) {
+			if budgetShort.Load() != budget {
+				budgetShort.Store(budget)
+			}
 			if fits(bodyInUse.Load()+bodyHashes.Load()+n, budget) {
 				// It would fit beside what requests hold: the rest is
 				// idle in the pools or garbage.
@@ -144,35 +144,37 @@ func allocBody(capacity int, budget int64) []byte {
 // minutes, so the buffers of an attack that has ended (uploads that
 // stalled until the budget was spent) would keep new bodies from being
 // read for that long. So when an allocation does not fit though it would
-// beside what requests hold, or when a buffer comes back while the budget
-// is nearly spent and requests hold at most half of it, the collector is
+// beside what requests hold, or when a buffer comes back after an
+// allocation did not fit, while the budget is three quarters spent and
+// requests hold at most half of what is allocated, the collector is
 // asked to run: twice, to empty the pools, at most once per
-// reclaimInterval.
+// reclaimInterval, and again while that frees something and the budget
+// stays so spent.
 
 // reclaimInterval is the least time between two collections asked for by
 // the budget: at most two collections a second, whatever the traffic.
 const reclaimInterval = time.Second
 
-// budgetSeen is the budget of the last allocation, for the check on
-// release (a buffer does not know its policy's budget).
-var budgetSeen atomic.Int64
+// budgetShort is the budget of the last allocation that did not fit, and
+// 0 once collecting frees nothing more.
+var budgetShort atomic.Int64
 
 // reclaimRunning is set while a goroutine runs collections; reclaimWanted
 // asks it for one more.
 var reclaimRunning, reclaimWanted atomic.Bool
 
-// releasedBuffer is called when a buffer stops being in use: it asks for
-// a collection if the budget is nearly spent (three quarters) and
-// requests hold at most half of what is allocated.
+// releasedBuffer is called when a buffer stops being in use.
 func releasedBuffer() {
-	budget := budgetSeen.Load()
-	if budget <= 0 {
-		return
-	}
-	allocated, held := bodyAllocated.Load(), bodyInUse.Load()
-	if 2*held <= allocated && !fits(allocated+bodyHashes.Load(), budget*3/4) {
+	if b := budgetShort.Load(); b > 0 && idleSpent(b) {
 		reclaim()
 	}
+}
+
+// idleSpent reports whether the buffers allocated spend three quarters of
+// budget while requests hold at most half of them.
+func idleSpent(budget int64) bool {
+	allocated := bodyAllocated.Load()
+	return 2*bodyInUse.Load() <= allocated && !fits(allocated+bodyHashes.Load(), budget*3/4)
 }
 
 // reclaim asks for the pools to be emptied and their buffers collected,
@@ -187,12 +189,22 @@ func reclaim() {
 func collectIdle() {
 	for {
 		for reclaimWanted.Swap(false) {
+			before := bodyAllocated.Load()
 			// The first collection moves what the pools hold to their
 			// victim caches, the second drops it; the runtime's
 			// cleanups then give its bytes back to the budget.
 			runtime.GC()
 			runtime.GC()
-			time.Sleep(reclaimInterval) // pacing, not synchronisation
+			time.Sleep(reclaimInterval) // pacing, and the cleanups' time to run
+			b := budgetShort.Load()
+			switch {
+			case bodyAllocated.Load() > before-before/8:
+				// Little was idle: nothing more to gain until an
+				// allocation fails again.
+				budgetShort.CompareAndSwap(b, 0)
+			case b > 0 && idleSpent(b):
+				reclaimWanted.Store(true)
+			}
 		}
 		reclaimRunning.Store(false)
 		// A request made between the last Swap and the Store above
