@@ -239,3 +239,23 @@ func TestRealOversizedFlood(t *testing.T) {
 		t.Errorf("after the flood, the subscriber's Status() = %+v, want connected, no reconnect, nothing oversized received", st)
 	}
 }
+
+// TestRealACL: the edges' Redis user of docs/sync.md, which may only
+// publish and subscribe on the tier's channel, is all an edge needs.
+func TestRealACL(t *testing.T) {
+	s := startRedis(t, "--user", "default", "off",
+		"--user", "edge", "on", ">test-secret", "resetchannels", "&"+DefaultChannel, "-@all", "+publish", "+subscribe", "+ping", "+hello", "+auth")
+	url := "redis://edge:test-secret@" + s.addr() + "/0"
+	a := newTransport(t, "a", url)
+	b := newTransport(t, "b", url)
+	in := subscribe(t, b, 64)
+	waitConnected(t, a, true, reconnectWithin)
+	waitConnected(t, b, true, reconnectWithin)
+	publishUntilReceived(t, a, in, placement(1, 8), deliverWithin)
+
+	other := goredis.NewClient(&goredis.Options{Addr: s.addr(), Username: "edge", Password: "test-secret", Protocol: 2})
+	defer other.Close()
+	if err := other.Publish(context.Background(), "another-channel", "x").Err(); err == nil {
+		t.Error("the edges' user published on another channel")
+	}
+}
