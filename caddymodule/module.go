@@ -194,6 +194,16 @@ type PrefixCacheSelection struct {
 	// The value is hashed, never logged. Default: none.
 	Tenant string `json:"tenant,omitempty"`
 
+	// A secret the edges of a tier share that keys the chunk hashes and
+	// the tenant scopes, so that a reader of the sync channel cannot hash
+	// guessed prompts or tenant values and look for them in what it
+	// reads. At least 16 bytes; give it as a placeholder such as
+	// `{env.PREFIX_CACHE_HASH_KEY}`, so that the configuration (and the
+	// admin API's copy of it) holds the placeholder, not the secret. It is
+	// never logged. Every edge of a tier needs the same key; changing it
+	// starts routing over, as a new index would. Default: none (unkeyed).
+	HashKey string `json:"hash_key,omitempty"`
+
 	// With tenant set, route requests whose tenant value is empty too, as
 	// one tenant of their own (all anonymous clients share it). Default:
 	// `false` (they go to the fallback policy).
@@ -252,6 +262,7 @@ type PrefixCacheSelection struct {
 	fallback      reverseproxy.Selector
 	fallbackName  string
 	chunker       prefixindex.Chunker
+	keys          hashKeys // derived from hash_key; zero without it
 	policy        selection.Policy
 	nsPerByte     float64 // 1s / prefill_rate; 0 when prefill_rate is off
 	state         *sharedState
@@ -367,6 +378,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("chunk_size %d, max_chunks %d: %w", s.ChunkSize, s.MaxChunks, err)
 	}
+	if s.keys, err = deriveHashKeys(s.HashKey); err != nil {
+		return err
+	}
+	s.chunker.Key = s.keys.chain
 	s.policy = selection.Policy{
 		LoadFactor:     s.LoadFactor,
 		Allowance:      *s.LoadAllowance,
@@ -448,6 +463,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Int("min_match", s.MinMatch),
 		zap.Float64("min_match_ratio", *s.MinMatchRatio),
 		zap.Bool("tenant", s.Tenant != ""),
+		zap.Bool("hash_key", s.HashKey != ""),
 		zap.Float64("tenant_share", *s.TenantShare),
 		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
