@@ -482,7 +482,7 @@ func oneHome(engines []string) (string, bool) {
 // have aged out, Caddy routes to it again.
 func TestFailover(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out fail_duration (30 s)")
+		t.Skip("waits out the policy's hold on an engine it could not reach (10 s)")
 	}
 	var engines []*engine
 	var addrs []string
