@@ -62,12 +62,16 @@ func TestReaderCannotTestGuesses(t *testing.T) {
 				want[uint64(h)] = true
 			}
 			msgs := captured(2)
-			hashHits, scopeHits := 0, 0
+			hashHits, scopeHits, decoded := 0, 0, 0
 			for _, raw := range msgs {
+				if !tt.found {
+					raw = raw[:len(raw)-16] // a keyed tier's messages end in a tag
+				}
 				var m edgesync.Message
 				if m.Decode(raw, edgesync.Limits{MaxHashes: 2048}) != nil {
 					continue
 				}
+				decoded++
 				if m.Scope == guessScope {
 					scopeHits++
 				}
@@ -77,12 +81,75 @@ func TestReaderCannotTestGuesses(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d placements read; the guess matched %d hashes and %d scopes", len(msgs), hashHits, scopeHits)
+			t.Logf("%d placements read, %d decoded; the guess matched %d hashes and %d scopes", len(msgs), decoded, hashHits, scopeHits)
+			if decoded < 2 {
+				t.Fatalf("decoded %d of the %d placements read, want at least 2", decoded, len(msgs))
+			}
 			if found := hashHits > 0 && scopeHits > 0; found != tt.found {
 				t.Errorf("the reader's guess found in the channel: %v (%d hashes, %d scopes), want %v", found, hashHits, scopeHits, tt.found)
 			}
 			if !tt.found && (hashHits > 0 || scopeHits > 0) {
 				t.Errorf("with hash_key, the guess matched %d hashes and %d scopes, want none", hashHits, scopeHits)
+			}
+		})
+	}
+}
+
+// TestKeyedTierRefusesForgeries: in a tier with a hash_key, every
+// message carries a tag made with the key, so a publisher without the key
+// can make up nothing. A load report claiming 2^20 requests in flight at
+// the engine a conversation lives on, which an unkeyed tier counts, and a
+// flood of confirmed placements are dropped as unauthenticated, while the
+// edges' own messages still count and the conversation keeps its home.
+func TestKeyedTierRefusesForgeries(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		opts  string
+		keyed bool
+	}{
+		{"unkeyed", "", false},
+		{"hash_key", "hash_key {env.PC_TEST_HASH_KEY}", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("PC_TEST_HASH_KEY", "a secret of the tier, 32 bytes..")
+			r := startRedis(t)
+			bs := newBackends(t, 2)
+			edges := startTier(t, 2, bs, r.URL(), "load_allowance 0\n\t\t\tload_allowance_bytes off\n\t\t\tcold_load_factor off\n\t\t\tprefill_rate off\n\t\t\t"+tt.opts)
+			a, b := edges[0], edges[1]
+			waitFor(t, 10*time.Second, "connected", func() bool { return stats(t, a).Sync.Connected && stats(t, b).Sync.Connected })
+			send(t, b.url, "", chat("another", "so that edge B lists its pool in stats"))
+			system := words("forged-system", 600)
+			_, home, _ := send(t, a.url, "", chat(system, "first"))
+			waitFor(t, 5*time.Second, "edge B hears edge A", func() bool { return stats(t, b).Sync.TierEdges == 1 })
+
+			forged := edgesync.LoadReport{Origin: 0xbad, Sent: time.Now().UnixNano(), Upstreams: []edgesync.UpstreamLoad{{Upstream: dialOf(bs, home), Requests: 1 << 20}}}
+			var flood [][]byte
+			for i := range 50 {
+				hashes := make([]uint64, 256)
+				for j := range hashes {
+					hashes[j] = uint64(i)<<32 | uint64(j)
+				}
+				m := edgesync.Message{Origin: 0xbad, Kind: edgesync.Confirmed, ChunkSize: 256, Upstream: dialOf(bs, home), Hashes: hashes}
+				flood = append(flood, m.AppendBinary(nil))
+			}
+			before := stats(t, b)
+			publish(t, r.Addr, append([][]byte{forged.AppendBinary(nil)}, flood...)...)
+			if tt.keyed {
+				waitFor(t, 5*time.Second, "edge B drops the forgeries", func() bool {
+					return stats(t, b).Sync.Rejected["unauthenticated"] >= before.Sync.Rejected["unauthenticated"]+51
+				})
+				if st := stats(t, b); st.Sync.AppliedConfirmed != before.Sync.AppliedConfirmed || st.Sync.TierEdges != 1 {
+					t.Errorf("after the forgeries, edge B applied %d confirmations more and counts %d edges; want none and 1", st.Sync.AppliedConfirmed-before.Sync.AppliedConfirmed, st.Sync.TierEdges)
+				}
+			} else {
+				waitFor(t, 5*time.Second, "edge B counts the forged load", func() bool { return upstreams(t, b)[dialOf(bs, home)].RemoteInFlight >= 1<<20 })
+			}
+			if !tt.keyed {
+				return // the control: the forged load counted
+			}
+			_, got, reason := send(t, b.url, "", chat(system, "first", "a", "second"))
+			if reason != "match" || got != home {
+				t.Errorf("second turn on edge B after the forgeries: %s (%s), want a match on %s", got, reason, home)
 			}
 		})
 	}
