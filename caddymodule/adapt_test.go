@@ -70,7 +70,9 @@ func adapt(t *testing.T, input string, wantErr bool) string {
 // TestExamplesAdapt checks that every example Caddyfile in the repo adapts
 // and provisions (as `caddy adapt --validate` does) with this module.
 func TestExamplesAdapt(t *testing.T) {
-	t.Setenv("REDIS_PASSWORD", "test-secret") // examples/two-edges.Caddyfile asks operators for it
+	// examples/two-edges.Caddyfile asks operators for these.
+	t.Setenv("REDIS_PASSWORD", "test-secret")
+	t.Setenv("PREFIX_CACHE_HASH_KEY", "test-secret-of-32-bytes-for-all")
 	files, _ := filepath.Glob("../examples/*.Caddyfile")
 	files = append(files, "../Caddyfile.example")
 	for _, file := range files {
