@@ -70,8 +70,11 @@ func adapt(t *testing.T, input string, wantErr bool) string {
 // TestExamplesAdapt checks that every example Caddyfile in the repo adapts
 // and provisions (as `caddy adapt --validate` does) with this module.
 func TestExamplesAdapt(t *testing.T) {
-	t.Setenv("REDIS_PASSWORD", "test-secret") // examples/two-edges.Caddyfile asks operators for it
-	t.Setenv("UPSTREAMS", "127.0.0.1:8001")   // Caddyfile.example has no default
+	// examples/two-edges.Caddyfile asks operators for these;
+	// Caddyfile.example has no default for its upstreams.
+	t.Setenv("REDIS_PASSWORD", "test-secret")
+	t.Setenv("PREFIX_CACHE_HASH_KEY", "test-secret-of-32-bytes-for-all")
+	t.Setenv("UPSTREAMS", "127.0.0.1:8001")
 	files, _ := filepath.Glob("../examples/*.Caddyfile")
 	files = append(files, "../Caddyfile.example")
 	for _, file := range files {

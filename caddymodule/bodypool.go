@@ -10,7 +10,8 @@ import (
 // buffer of the body's size for every request, and collecting it, was a
 // large part of what the policy cost Caddy per byte (docs/overhead.md).
 // Every buffer counts against the body budget from its allocation until
-// the garbage collector frees it (budget.go).
+// the garbage collector frees it; when idle buffers keep the budget spent,
+// the collector is asked to run (budget.go).
 //
 // A buffer goes back to its pool as soon as nothing can read it any more
 // (reuse.go says when Caddy can ask for the body again):
@@ -135,6 +136,7 @@ func inUse(bb *bodyBuf) *bodyBuf {
 func (bb *bodyBuf) put() {
 	bodyInUse.Add(-bb.inUse)
 	bb.inUse = 0
+	releasedBuffer()
 	if bb.class < 0 {
 		return
 	}
@@ -210,6 +212,7 @@ func (bb *bodyBuf) maybeRelease() {
 	bb.released = true
 	bodyInUse.Add(-bb.inUse)
 	bb.inUse = 0
+	releasedBuffer()
 	if bb.class < 0 {
 		bb.b = nil
 		return

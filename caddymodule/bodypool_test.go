@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"testing"
+	"time"
 )
 
 func TestClassOf(t *testing.T) {
@@ -194,4 +196,40 @@ func TestBodyBudget(t *testing.T) {
 func SetBodyReleasedHook(f func(class int)) (restore func()) {
 	bodyReleased.Store(&f)
 	return func() { bodyReleased.Store(nil) }
+}
+
+// Buffers that went back to the pools stop counting against the budget
+// soon after the requests that held them end, even in a process where
+// nothing else makes the collector run (an idle Caddy collects every two
+// minutes; here the collector's pacing is off): the budget asks for the
+// collection itself.
+func TestIdleBuffersStopCounting(t *testing.T) {
+	SettleBodies()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	budget := int64(1 << 20 * gcHeadroom()) // 1 MiB of buffers
+	var held []*bodyBuf
+	for bb := getBodyBuf(64<<10, budget); bb != nil; bb = getBodyBuf(64<<10, budget) {
+		held = append(held, bb)
+	}
+	if len(held) < 8 {
+		t.Fatalf("%d buffers of 64 KiB fit a budget of 1 MiB of buffers, want at least 8", len(held))
+	}
+	for _, bb := range held {
+		bb.markCtxDone()
+	}
+	if got := bodyInUse.Load(); got != 0 {
+		t.Fatalf("%d bytes in use after every request ended", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !fits(bodyAllocated.Load()+512<<10, budget) {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the requests ended, %d bytes of idle buffers still count against the budget", bodyAllocated.Load())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the count: the runtime's cleanups signal nothing
+	}
+	if b := getBodyBuf(512<<10, budget); b == nil {
+		t.Error("a buffer of 512 KiB does not fit once the idle buffers were collected")
+	} else {
+		b.markCtxDone()
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The body budget bounds the memory that the request-body buffers (and
@@ -118,6 +119,14 @@ func allocBody(capacity int, budget int64) []byte {
 	for {
 		cur := bodyAllocated.Load()
 		if !fits(cur+bodyHashes.Load()+n, budget) {
+			if budgetShort.Load() != budget {
+				budgetShort.Store(budget)
+			}
+			if fits(bodyInUse.Load()+bodyHashes.Load()+n, budget) {
+				// It would fit beside what requests hold: the rest is
+				// idle in the pools or garbage.
+				reclaim()
+			}
 			return nil
 		}
 		if bodyAllocated.CompareAndSwap(cur, cur+n) {
@@ -127,4 +136,81 @@ func allocBody(capacity int, budget int64) []byte {
 	b := make([]byte, capacity)
 	runtime.AddCleanup(&b[0], func(n int64) { bodyAllocated.Add(-n) }, n)
 	return b[:0]
+}
+
+// Buffers back in the pools, or dropped by them, count against the budget
+// until the collector frees them, and the pools keep what they hold for
+// a cycle more. Left to itself, an idle process collects every two
+// minutes, so the buffers of an attack that has ended (uploads that
+// stalled until the budget was spent) would keep new bodies from being
+// read for that long. So when an allocation does not fit though it would
+// beside what requests hold, or when a buffer comes back after an
+// allocation did not fit, while the budget is three quarters spent and
+// requests hold at most half of what is allocated, the collector is
+// asked to run: twice, to empty the pools, at most once per
+// reclaimInterval, and again while that frees something and the budget
+// stays so spent.
+
+// reclaimInterval is the least time between two collections asked for by
+// the budget: at most two collections a second, whatever the traffic.
+const reclaimInterval = time.Second
+
+// budgetShort is the budget of the last allocation that did not fit, and
+// 0 once collecting frees nothing more.
+var budgetShort atomic.Int64
+
+// reclaimRunning is set while a goroutine runs collections; reclaimWanted
+// asks it for one more.
+var reclaimRunning, reclaimWanted atomic.Bool
+
+// releasedBuffer is called when a buffer stops being in use.
+func releasedBuffer() {
+	if b := budgetShort.Load(); b > 0 && idleSpent(b) {
+		reclaim()
+	}
+}
+
+// idleSpent reports whether the buffers allocated spend three quarters of
+// budget while requests hold at most half of them.
+func idleSpent(budget int64) bool {
+	allocated := bodyAllocated.Load()
+	return 2*bodyInUse.Load() <= allocated && !fits(allocated+bodyHashes.Load(), budget*3/4)
+}
+
+// reclaim asks for the pools to be emptied and their buffers collected,
+// on a goroutine of its own, at most once per reclaimInterval.
+func reclaim() {
+	reclaimWanted.Store(true)
+	if reclaimRunning.CompareAndSwap(false, true) {
+		go collectIdle()
+	}
+}
+
+func collectIdle() {
+	for {
+		for reclaimWanted.Swap(false) {
+			before := bodyAllocated.Load()
+			// The first collection moves what the pools hold to their
+			// victim caches, the second drops it; the runtime's
+			// cleanups then give its bytes back to the budget.
+			runtime.GC()
+			runtime.GC()
+			time.Sleep(reclaimInterval) // pacing, and the cleanups' time to run
+			b := budgetShort.Load()
+			switch {
+			case bodyAllocated.Load() > before-before/8:
+				// Little was idle: nothing more to gain until an
+				// allocation fails again.
+				budgetShort.CompareAndSwap(b, 0)
+			case b > 0 && idleSpent(b):
+				reclaimWanted.Store(true)
+			}
+		}
+		reclaimRunning.Store(false)
+		// A request made between the last Swap and the Store above
+		// would be lost without this.
+		if !reclaimWanted.Load() || !reclaimRunning.CompareAndSwap(false, true) {
+			return
+		}
+	}
 }

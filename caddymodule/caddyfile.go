@@ -35,6 +35,7 @@ import (
 //		tenant         <placeholder>
 //		allow_empty_tenant
 //		tenant_share   <fraction>
+//		hash_key       <secret>
 //		forget_after   <duration>
 //		fallback       <policy> {
 //			<policy options>
@@ -178,6 +179,14 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			s.Tenant = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "hash_key":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			s.HashKey = d.Val()
 			if d.NextArg() {
 				return d.ArgErr()
 			}

@@ -35,10 +35,18 @@ func (m *deprecatedMatchModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 	return (*MatchModel)(m).UnmarshalCaddyfile(d)
 }
 
+// UnmarshalJSON is MatchModel's: a list of patterns, or an object.
+func (m *deprecatedMatchModel) UnmarshalJSON(b []byte) error {
+	return (*MatchModel)(m).UnmarshalJSON(b)
+}
+
+// MarshalJSON is MatchModel's.
+func (m deprecatedMatchModel) MarshalJSON() ([]byte, error) { return MatchModel(m).MarshalJSON() }
+
 // Provision logs the deprecation and checks the patterns.
 func (m deprecatedMatchModel) Provision(ctx caddy.Context) error {
 	ctx.Logger().Warn("the model matcher is deprecated: it is now prefix_cache_model (http.matchers.prefix_cache_model), which works the same",
-		zap.Strings("patterns", m))
+		zap.Strings("patterns", m.Patterns))
 	return MatchModel(m).Provision(ctx)
 }
 

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -31,10 +32,33 @@ func init() {
 // that organisation). The body is read once per request, shared with the
 // prefix_cache policy (the same read, the same request variable), and
 // reaches the upstream byte for byte. A request whose body is not read
-// (not a POST, not JSON, compressed, incremental, larger than 4 MiB, over
-// the body budget) or names no model matches no pattern, so it goes to
-// the routes after, such as a default pool.
-type MatchModel []string
+// (not a POST, not JSON, compressed, incremental, larger than 4 MiB) or
+// names no model matches no pattern, so it goes to the routes after, such
+// as a default pool.
+//
+// A body the edge does not read because the body budget is spent (many
+// uploads at once, or clients that stall theirs) says nothing about the
+// request: it fails open. A matcher with fail_open matches it, so an
+// overloaded edge sends such requests to that pool (name one, the
+// fleet's default model) instead of answering them as unknown models;
+// without fail_open it matches no pattern, as above.
+//
+//	@big {
+//		prefix_cache_model llama-3.1-70b* {
+//			fail_open
+//		}
+//	}
+//
+// In JSON, a list of patterns, or an object with "patterns" and
+// "fail_open".
+type MatchModel struct {
+	// Model names to match, in which * stands for any run of characters.
+	Patterns []string `json:"patterns,omitempty"`
+
+	// Also match a request whose body was not read because the body
+	// budget is spent. Default: `false`.
+	FailOpen bool `json:"fail_open,omitempty"`
+}
 
 // CaddyModule returns the Caddy module information.
 func (MatchModel) CaddyModule() caddy.ModuleInfo {
@@ -46,21 +70,58 @@ func (MatchModel) CaddyModule() caddy.ModuleInfo {
 
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens. Syntax:
 //
-//	prefix_cache_model <patterns...>
+//	prefix_cache_model <patterns...> {
+//		fail_open
+//	}
 func (m *MatchModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.Next() { // the matcher's name, once per use in a matcher block
 		args := d.RemainingArgs()
 		if len(args) == 0 {
 			return d.ArgErr()
 		}
-		*m = append(*m, args...)
+		m.Patterns = append(m.Patterns, args...)
+		for d.NextBlock(0) {
+			switch d.Val() {
+			case "fail_open":
+				if d.NextArg() {
+					return d.ArgErr()
+				}
+				m.FailOpen = true
+			default:
+				return d.Errf("unrecognized subdirective '%s'", d.Val())
+			}
+		}
 	}
 	return nil
 }
 
+// UnmarshalJSON accepts a list of patterns, as the matcher was first
+// configured, or an object with its fields.
+func (m *MatchModel) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '[' {
+		*m = MatchModel{}
+		return json.Unmarshal(b, &m.Patterns)
+	}
+	type plain MatchModel
+	return json.Unmarshal(b, (*plain)(m))
+}
+
+// MarshalJSON writes a list of patterns when that says it all, so
+// configurations without fail_open keep their shape.
+func (m MatchModel) MarshalJSON() ([]byte, error) {
+	if !m.FailOpen {
+		return json.Marshal(m.Patterns)
+	}
+	type plain MatchModel
+	return json.Marshal(plain(m))
+}
+
 // Provision checks the patterns.
 func (m MatchModel) Provision(caddy.Context) error {
-	for _, p := range m {
+	if len(m.Patterns) == 0 {
+		return fmt.Errorf("prefix_cache_model: no pattern")
+	}
+	for _, p := range m.Patterns {
 		if p == "" {
 			return fmt.Errorf("prefix_cache_model: empty pattern")
 		}
@@ -76,13 +137,14 @@ func (m MatchModel) Match(r *http.Request) bool {
 }
 
 // MatchWithError is Match; a body it cannot read is no match, not an
-// error, so the request goes on to the routes after.
+// error, so the request goes on to the routes after, unless it was not
+// read for lack of body budget and the matcher fails open.
 func (m MatchModel) MatchWithError(r *http.Request) (bool, error) {
-	model, ok := modelOf(r)
+	model, ok, overloaded := modelOf(r)
 	if !ok {
-		return false, nil
+		return overloaded && m.FailOpen, nil
 	}
-	for _, p := range m {
+	for _, p := range m.Patterns {
 		if globMatch(p, model) {
 			return true, nil
 		}
@@ -92,7 +154,8 @@ func (m MatchModel) MatchWithError(r *http.Request) (bool, error) {
 
 // modelOf returns the model the body of r names, reading the body into
 // the request's record the first time (the policy finds it there).
-func modelOf(r *http.Request) (string, bool) {
+// overloaded reports a body not read for lack of body budget.
+func modelOf(r *http.Request) (model string, ok, overloaded bool) {
 	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
 	if p == nil {
 		// Not kept after it was sent: a prefix_cache policy that routes
@@ -103,7 +166,7 @@ func modelOf(r *http.Request) (string, bool) {
 		p = peekRequest(r, DefaultMaxBody, defaultBodyBudget(), false)
 	}
 	if p.skip != skipNone {
-		return "", false
+		return "", false, p.skip == skipBudget
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -117,7 +180,7 @@ func modelOf(r *http.Request) (string, bool) {
 			p.buf.unpin()
 		}
 	}
-	return p.model, p.model != ""
+	return p.model, p.model != "", false
 }
 
 // globMatch reports whether name matches pattern, in which * matches any

@@ -2,10 +2,14 @@ package caddymodule_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
 // The model matcher sends each model to its own pool in a real Caddy,
@@ -99,5 +103,28 @@ func TestModelMatcherRoutesByModel(t *testing.T) {
 	key := `caddy_prefix_cache_body_peeks_total{outcome="routed"}`
 	if got := after[key] - before[key]; got != 5 {
 		t.Errorf("%s rose by %v, want 5: the three pooled requests and the conversation's two turns, each read once", key, got)
+	}
+}
+
+// The model matcher's JSON is a list of patterns, as it always was, or an
+// object when it fails open; both forms read back as they were written.
+func TestModelMatcherJSON(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		want     caddymodule.MatchModel
+	}{
+		{"list", `["llama*","qwen*"]`, caddymodule.MatchModel{Patterns: []string{"llama*", "qwen*"}}},
+		{"object", `{"patterns":["llama*"],"fail_open":true}`, caddymodule.MatchModel{Patterns: []string{"llama*"}, FailOpen: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var m caddymodule.MatchModel
+			if err := json.Unmarshal([]byte(tt.in), &m); err != nil || !reflect.DeepEqual(m, tt.want) {
+				t.Fatalf("json.Unmarshal(%s) = %+v, %v; want %+v", tt.in, m, err, tt.want)
+			}
+			out, err := json.Marshal(m)
+			if err != nil || string(out) != tt.in {
+				t.Errorf("json.Marshal(%+v) = %s, %v; want %s", m, out, err, tt.in)
+			}
+		})
 	}
 }

@@ -199,6 +199,16 @@ type PrefixCacheSelection struct {
 	// The value is hashed, never logged. Default: none.
 	Tenant string `json:"tenant,omitempty"`
 
+	// A secret the edges of a tier share that keys the chunk hashes and
+	// the tenant scopes, so that a reader of the sync channel cannot hash
+	// guessed prompts or tenant values and look for them in what it
+	// reads. At least 16 bytes; give it as a placeholder such as
+	// `{env.PREFIX_CACHE_HASH_KEY}`, so that the configuration (and the
+	// admin API's copy of it) holds the placeholder, not the secret. It is
+	// never logged. Every edge of a tier needs the same key; changing it
+	// starts routing over, as a new index would. Default: none (unkeyed).
+	HashKey string `json:"hash_key,omitempty"`
+
 	// With tenant set, route requests whose tenant value is empty too, as
 	// one tenant of their own (all anonymous clients share it). Default:
 	// `false` (they go to the fallback policy).
@@ -257,6 +267,7 @@ type PrefixCacheSelection struct {
 	fallback      reverseproxy.Selector
 	fallbackName  string
 	chunker       prefixindex.Chunker
+	keys          hashKeys // derived from hash_key; zero without it
 	policy        selection.Policy
 	nsPerByte     float64 // 1s / prefill_rate; 0 when prefill_rate is off
 	state         *sharedState
@@ -266,6 +277,7 @@ type PrefixCacheSelection struct {
 	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
 	engineStale   time.Duration
 	reuse         handlerReuse          // when a retry may ask for a sent body again
+	failures      dialFailures          // upstreams that requests could not reach lately (dialfail.go)
 	staticDials   []string              // the handler's static upstreams, for the janitor
 	id            uint64                // the admin API's instance number
 	handler       *reverseproxy.Handler // the reverse_proxy above the policy, or nil
@@ -374,6 +386,10 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("chunk_size %d, max_chunks %d: %w", s.ChunkSize, s.MaxChunks, err)
 	}
+	if s.keys, err = deriveHashKeys(s.HashKey); err != nil {
+		return err
+	}
+	s.chunker.Key = s.keys.chain
 	s.policy = selection.Policy{
 		LoadFactor:     s.LoadFactor,
 		Allowance:      *s.LoadAllowance,
@@ -471,6 +487,7 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Int("min_match", s.MinMatch),
 		zap.Float64("min_match_ratio", *s.MinMatchRatio),
 		zap.Bool("tenant", s.Tenant != ""),
+		zap.Bool("hash_key", s.HashKey != ""),
 		zap.Float64("tenant_share", *s.TenantShare),
 		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
@@ -583,6 +600,10 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 				r.Body = again
 			}
 		}
+		if v.attempts > 0 && len(v.tried) > 0 {
+			// A retry: the attempt before failed at its upstream.
+			s.failures.failed(v.tried[len(v.tried)-1], time.Now().UnixNano())
+		}
 		v.attempts++
 	}
 	switch {
@@ -682,6 +703,10 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	// upstream only when passive health checks are on, and the index
 	// would send the request straight back.
 	avoid := v.tried
+	if s.failures.n.Load() > 0 {
+		// And those other requests failed on lately (dialfail.go).
+		avoid = append(s.failures.recent(time.Now().UnixNano()), avoid...)
+	}
 	if len(avoid) > 0 && !anyAvailableExcept(pool, avoid) {
 		avoid = nil
 	}
@@ -696,7 +721,11 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	now := s.state.now()
 	unindexed := false
 	for i, u := range pool {
-		if !u.Available() || slices.Contains(avoid, u.Dial) {
+		if !u.Available() {
+			s.failures.forget(u.Dial)
+			continue
+		}
+		if slices.Contains(avoid, u.Dial) {
 			continue
 		}
 		id := tab.ids[i]

@@ -253,9 +253,9 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 		v.skip = skipNotJSON
 		return
 	}
-	seed := prefixindex.Seed(req.Model, req.CacheSalt, tenant)
+	seed := prefixindex.KeyedSeed(s.keys.seed, req.Model, req.CacheSalt, tenant)
 	if s.Tenant != "" {
-		v.scopeKey = tenantKey(tenant)
+		v.scopeKey = tenantKey(tenant, s.keys.tenant)
 		v.scope = s.state.index.Scope(v.scopeKey, *s.TenantShare)
 	}
 	v.dialect = req.Kind.String()
@@ -273,8 +273,8 @@ func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
 
 // tenantKey names a tenant's scope of the index: a hash of its value,
 // never 0 (which names no tenant), the same on every Caddy instance.
-func tenantKey(tenant []byte) uint64 {
-	return xxh3.HashSeed(tenant, 0x74656e616e74) | 1 // "tenant"
+func tenantKey(tenant []byte, key uint64) uint64 {
+	return xxh3.HashSeed(tenant, 0x74656e616e74^key) | 1 // "tenant"
 }
 
 // placementKey names where a cold request goes: the same key on every

@@ -45,6 +45,7 @@ type syncState struct {
 	cancel    func()
 	onlyNew   bool
 	limits    edgesync.Limits
+	auth      *syncAuth // with hash_key: tags what is published, verifies what arrives
 
 	// recv and its buffers are used on the transport's goroutine only.
 	recv       edgesync.Message
@@ -74,10 +75,11 @@ const (
 	rejectUpstream                   // not an upstream of the index's pools
 	rejectVersion                    // another wire format version
 	rejectOrigins                    // a load report from one edge too many
+	rejectAuth                       // with hash_key: its tag does not verify
 	numRejections
 )
 
-var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins"}
+var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins", "unauthenticated"}
 
 // decodeRejection is why a message that failed to decode was rejected: a
 // version this build does not read is counted apart from garbage, so that
@@ -123,6 +125,9 @@ func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
 		limits:    edgesync.Limits{MaxHashes: s.MaxChunks},
 		stopLoad:  make(chan struct{}),
 	}
+	if s.keys.auth != nil {
+		s.sync.auth = newSyncAuth(s.keys.auth)
+	}
 	s.sync.cancel = t.Subscribe(s.receive)
 }
 
@@ -150,6 +155,7 @@ func (s *PrefixCacheSelection) publish(kind edgesync.Kind, v *view, dial string,
 	}
 	eb.out = eb.msg.AppendBinary(eb.out[:0])
 	if len(eb.out) > 0 {
+		eb.out = s.sync.seal(eb.out)
 		if s.sync.transport.Publish(eb.out) {
 			metrics.syncPublished(kind)
 		}
@@ -168,13 +174,28 @@ func (s *PrefixCacheSelection) syncFrom(matchedChunks int) int {
 	return matchedChunks
 }
 
+// seal tags msg with hash_key, or returns it as it is without.
+func (ss *syncState) seal(msg []byte) []byte {
+	if ss.auth == nil {
+		return msg
+	}
+	return ss.auth.seal(msg)
+}
+
 // receive applies one message from the transport, on its goroutine.
 func (s *PrefixCacheSelection) receive(msg []byte) {
+	ss := s.sync
+	if ss.auth != nil {
+		var ok bool
+		if msg, ok = ss.auth.open(msg); !ok {
+			ss.reject(rejectAuth)
+			return
+		}
+	}
 	if edgesync.KindOf(msg) == edgesync.LoadKind {
 		s.receiveLoad(msg)
 		return
 	}
-	ss := s.sync
 	m := &ss.recv
 	if err := m.Decode(msg, ss.limits); err != nil {
 		ss.reject(decodeRejection(err))

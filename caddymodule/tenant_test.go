@@ -2,12 +2,15 @@ package caddymodule_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // Tenants that hold, through a real Caddy: an empty tenant value is no
@@ -151,5 +154,24 @@ func TestTenantHoldsAtMostItsShare(t *testing.T) {
 		t.Errorf("one tenant's flood left %d entries, more than its share %d", got, maxEntries/4)
 	} else if got < maxEntries/8 {
 		t.Errorf("one tenant's flood left %d entries: the flood did not fill its share (%d)", got, maxEntries/4)
+	}
+}
+
+// hash_key is read through its placeholder at load, refused when shorter
+// than 16 bytes (an unset environment variable), and never printed, in
+// an error or otherwise.
+func TestHashKeyRefusedWhenShort(t *testing.T) {
+	t.Setenv("PC_SHORT_HASH_KEY", "short-secret")
+	var cfg caddy.Config
+	site := fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy 127.0.0.1:1 {\n\t\tlb_policy prefix_cache {\n\t\t\thash_key {env.PC_SHORT_HASH_KEY}\n\t\t}\n\t}\n}\n", freePort(t))
+	if err := json.Unmarshal(caddyfileJSON(t, site), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	err := caddy.Validate(&cfg)
+	if err == nil {
+		t.Fatal("a hash_key of 12 bytes loaded, want an error")
+	}
+	if !strings.Contains(err.Error(), "hash_key must be at least 16 bytes") || strings.Contains(err.Error(), "short-secret") {
+		t.Errorf("loading a short hash_key: %v; want the length named, never the key", err)
 	}
 }

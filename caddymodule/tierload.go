@@ -275,7 +275,7 @@ func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 	var report edgesync.LoadReport
 	var out []byte
 	publish := func(now time.Time) {
-		out = s.appendLoadReport(out[:0], &report, now)
+		out = s.sync.seal(s.appendLoadReport(out[:0], &report, now))
 		if s.sync.transport.Publish(out) {
 			metrics.syncPublished(edgesync.LoadKind)
 		}

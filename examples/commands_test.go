@@ -262,9 +262,10 @@ func TestCommands(t *testing.T) {
 			for _, c := range commentCommands(t, f) {
 				switch {
 				case strings.HasPrefix(c, "export ") && strings.HasSuffix(c, "=..."):
-					// A secret the operator supplies: any value will do.
+					// A secret the operator supplies: any value will do,
+					// of 16 bytes or more (hash_key's least).
 					name := strings.TrimSuffix(strings.TrimPrefix(c, "export "), "=...")
-					sh.env = append(sh.env, name+"=test-secret")
+					sh.env = append(sh.env, name+"=test-secret-of-32-bytes-for-all")
 				case strings.HasPrefix(c, "caddy validate "):
 					sh.run(c)
 				case strings.HasPrefix(c, "caddy run ") && f == "local-tls.Caddyfile":

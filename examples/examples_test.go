@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -140,8 +142,9 @@ func get(v any, keys ...string) any {
 // TestSurvivesDeadReplica checks that every prefix_cache proxy of every
 // shipped Caddyfile has what TestFailover shows Caddyfile.example needs
 // when a replica dies: active health checks on the engines' /health,
-// passive health checks, retries after dial errors only, no
-// lb_try_duration, and streaming.
+// retries after dial errors only, no lb_try_duration, and streaming; and
+// no passive health checks, which clients can trip
+// (TestClientsCannotMarkEnginesDown).
 func TestSurvivesDeadReplica(t *testing.T) {
 	for _, file := range shipped(t) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -153,8 +156,8 @@ func TestSurvivesDeadReplica(t *testing.T) {
 				if got := get(h, "health_checks", "active", "uri"); got != "/health" {
 					t.Errorf("proxy %d: health_uri = %v, want /health (vLLM's and SGLang's health endpoint)", i, got)
 				}
-				if d, _ := get(h, "health_checks", "passive", "fail_duration").(float64); d <= 0 {
-					t.Errorf("proxy %d: fail_duration = %v, want > 0 (passive health checks)", i, d)
+				if p := get(h, "health_checks", "passive"); p != nil {
+					t.Errorf("proxy %d: passive health checks %v: Caddy counts a client's failed upload against the upstream, so clients could mark every engine down (TestClientsCannotMarkEnginesDown)", i, p)
 				}
 				if n, _ := get(h, "load_balancing", "retries").(float64); n < 1 {
 					t.Errorf("proxy %d: lb_retries = %v, want at least 1", i, n)
@@ -173,6 +176,32 @@ func TestSurvivesDeadReplica(t *testing.T) {
 	}
 }
 
+// TestReadTimeouts checks that every server of every shipped Caddyfile
+// cuts off uploads that stall (read_body_idle) or trickle (its minimum
+// rate), and slow headers: a stalled upload holds a body buffer, and a
+// trickle of a byte a second never goes idle.
+func TestReadTimeouts(t *testing.T) {
+	for _, file := range shipped(t) {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			servers, _ := get(adaptFile(t, file, exampleEnv), "apps", "http", "servers").(map[string]any)
+			if len(servers) == 0 {
+				t.Fatalf("%s has no server", file)
+			}
+			for name, srv := range servers {
+				if d, _ := get(srv, "read_idle_timeout").(float64); d <= 0 || time.Duration(d) > time.Minute {
+					t.Errorf("server %s: read_body_idle = %v, want set, at most 1m", name, time.Duration(d))
+				}
+				if r, _ := get(srv, "read_min_rate").(float64); r < 1 {
+					t.Errorf("server %s: read_body_idle's minimum rate = %v, want set (a trickle never goes idle)", name, r)
+				}
+				if d, _ := get(srv, "read_header_timeout").(float64); d <= 0 {
+					t.Errorf("server %s: read_header = %v, want set", name, time.Duration(d))
+				}
+			}
+		})
+	}
+}
+
 // routingPlaceholders are the placeholders that tell how a request was
 // routed: which replica, and whether another client's prefix was there.
 var routingPlaceholders = []string{"{http.reverse_proxy.prefix_cache.", "{http.reverse_proxy.upstream."}
@@ -180,7 +209,9 @@ var routingPlaceholders = []string{"{http.reverse_proxy.prefix_cache.", "{http.r
 // TestNoRoutingInResponses checks that no shipped Caddyfile sends a
 // routing placeholder to clients: they may go to access logs, to the
 // upstream, or into response headers behind a remote_ip or client_ip
-// matcher, nowhere else.
+// matcher that lists more than loopback addresses (behind a tunnel or a
+// reverse proxy on the same host, every client is 127.0.0.1), nowhere
+// else.
 func TestNoRoutingInResponses(t *testing.T) {
 	for _, file := range shipped(t) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -202,6 +233,11 @@ func checkRoutingExposure(t *testing.T, cfg map[string]any) {
 		for _, s := range sets {
 			set, _ := s.(map[string]any)
 			if set["remote_ip"] == nil && set["client_ip"] == nil {
+				return
+			}
+			if loopbackOnly(set) {
+				// A tunnel or a reverse proxy on the same host
+				// connects from loopback for all of its clients.
 				return
 			}
 		}
@@ -259,6 +295,27 @@ func ownStrings(v any, path []string, fn func(where, s string)) {
 	case string:
 		fn(strings.Join(path, "/"), v)
 	}
+}
+
+// loopbackOnly reports whether a matcher set's remote_ip and client_ip
+// ranges are all loopback addresses.
+func loopbackOnly(set map[string]any) bool {
+	n := 0
+	for _, key := range []string{"remote_ip", "client_ip"} {
+		ranges, _ := get(set, key, "ranges").([]any)
+		for _, r := range ranges {
+			n++
+			s := fmt.Sprint(r)
+			if p, err := netip.ParsePrefix(s); err == nil {
+				if !p.Addr().IsLoopback() || (p.Addr().Is4() && p.Bits() < 8) {
+					return false
+				}
+			} else if a, err := netip.ParseAddr(s); err != nil || !a.IsLoopback() {
+				return false
+			}
+		}
+	}
+	return n > 0
 }
 
 // TestTenantWhereClientsAreMany checks that every shipped Caddyfile that
@@ -398,6 +455,9 @@ func TestREADMEExample(t *testing.T) {
 	var want map[string]any
 	if err := json.Unmarshal([]byte(jsonBlock), &want); err != nil {
 		t.Fatalf("the README's JSON example: %v", err)
+	}
+	if p := get(proxies[0], "health_checks", "passive"); p != nil {
+		t.Errorf("the README's example has passive health checks %v, which clients can trip (TestClientsCannotMarkEnginesDown)", p)
 	}
 	got, _ := json.Marshal(proxies[0])
 	wantJSON, _ := json.Marshal(want)

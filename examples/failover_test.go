@@ -23,7 +23,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	_ "github.com/prefixcache/caddy-prefixcache/caddymodule"
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
 // engine is a real HTTP inference engine stand-in: OpenAI chat
@@ -488,7 +488,7 @@ func oneHome(engines []string) (string, bool) {
 // have aged out, Caddy routes to it again.
 func TestFailover(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out fail_duration (30 s)")
+		t.Skip("waits out the policy's hold on an engine it could not reach (10 s)")
 	}
 	var engines []*engine
 	var addrs []string
@@ -601,8 +601,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	// Back: the engine listens again; Caddy's active check finds /health
-	// answering, and once the kill's failures are fail_duration old the
-	// engine is available again.
+	// answering, and the engine is available again.
 	probes := victim.health()
 	victim.revive(t)
 	waitFor(t, 30*time.Second, "a /health probe of the revived engine", &victim.changed, func() bool {
@@ -625,16 +624,19 @@ func TestFailover(t *testing.T) {
 		}
 	}
 
-	// And new conversations land on the revived engine again.
+	// And new conversations land on the revived engine again, once the
+	// policy's hold on an engine requests could not reach has passed
+	// (caddymodule.DialFailureHold, 10 s): a new conversation every 50 ms
+	// until one does.
 	before := len(victim.answered())
-	for i := 100; len(victim.answered()) == before; i++ {
-		if i == 140 {
-			t.Fatalf("40 new conversations, none placed on the revived %s", victim.name)
-		}
+	i := 100
+	poll(t, caddymodule.DialFailureHold+20*time.Second, "a new conversation placed on the revived "+victim.name, func() bool {
+		i++
 		for _, o := range runTurns(client, url, []*conversation{newConversation(i)}, 1) {
 			if o.err != nil {
 				t.Errorf("new conversation %s: %v", o.conv, o.err)
 			}
 		}
-	}
+		return len(victim.answered()) > before
+	})
 }

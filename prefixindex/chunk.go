@@ -1,6 +1,7 @@
 package prefixindex
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -46,7 +47,15 @@ type Hash uint64
 // The scheme is h = xxh3.HashSeed(model, seedDomain), then
 // h = xxh3.HashSeed(salt, h), then h = xxh3.HashSeed(tenant, h).
 func Seed(model, salt, tenant []byte) Hash {
-	h := xxh3.HashSeed(model, seedDomain)
+	return KeyedSeed(0, model, salt, tenant)
+}
+
+// KeyedSeed is Seed under a key, a secret the edges of a tier share: the
+// chain starts from seedDomain XOR key instead of seedDomain, so without
+// the key no one can compute the seed of a guessed model, salt and
+// tenant. KeyedSeed(0, ...) is Seed(...).
+func KeyedSeed(key uint64, model, salt, tenant []byte) Hash {
+	h := xxh3.HashSeed(model, seedDomain^key)
 	h = xxh3.HashSeed(salt, h)
 	h = xxh3.HashSeed(tenant, h)
 	return Hash(h)
@@ -60,6 +69,11 @@ type Chunker struct {
 	Size int
 	// MaxChunks is the most hashes Append produces for one text.
 	MaxChunks int
+	// Key, when not 0, keys the hashes Append returns: each is the chain
+	// hash mixed with Key (see Append), a secret the edges of a tier
+	// share, so that a reader of the hashes cannot extend a chain it saw
+	// with guessed text.
+	Key uint64
 }
 
 // NewChunker returns a Chunker of size bytes per chunk producing at most
@@ -93,6 +107,13 @@ func (c Chunker) Len(n int) int {
 // is not hashed, and at most MaxChunks hashes are appended. The hashes of a
 // prefix of text are a prefix of the hashes of text. Append does not allocate
 // when dst has capacity for Len(len(text)) more hashes.
+//
+// With a Key, the chain is the same but each hash appended is
+//
+//	xxh3.HashSeed(h_i as 8 little-endian bytes, Key)
+//
+// so the hashes that leave the process (in sync messages) are not the
+// chain's links: seeing one does not give the seed of the next.
 func (c Chunker) Append(dst []Hash, seed Hash, text []byte) []Hash {
 	n := c.Len(len(text))
 	if n == 0 {
@@ -100,9 +121,18 @@ func (c Chunker) Append(dst []Hash, seed Hash, text []byte) []Hash {
 	}
 	dst = slices.Grow(dst, n)
 	h := uint64(seed)
+	if c.Key == 0 {
+		for i := range n {
+			h = xxh3.HashSeed(text[i*c.Size:(i+1)*c.Size], h)
+			dst = append(dst, Hash(h))
+		}
+		return dst
+	}
+	var b [8]byte
 	for i := range n {
 		h = xxh3.HashSeed(text[i*c.Size:(i+1)*c.Size], h)
-		dst = append(dst, Hash(h))
+		binary.LittleEndian.PutUint64(b[:], h)
+		dst = append(dst, Hash(xxh3.HashSeed(b[:], c.Key)))
 	}
 	return dst
 }

@@ -2,6 +2,7 @@ package prefixindex
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,6 +60,62 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// TestGoldenKeyed pins the keyed variant of the wire format (a tier with
+// a hash key): KeyedSeed and a Chunker with a Key. TestGolden, unchanged,
+// pins the unkeyed scheme, which KeyedSeed(0, ...) and a Chunker without a
+// Key still compute.
+//
+// CHANGING ANY VALUE HERE IS A BREAKING CHANGE for keyed tiers. The values
+// were computed once with xxh3 v1.1.0 and must never be regenerated to
+// make a test pass.
+func TestGoldenKeyed(t *testing.T) {
+	const seedKey, chainKey = 0x6b65792d6f6e65, 0x6b65792d74776f // "key-one", "key-two"
+	if got, want := KeyedSeed(seedKey, []byte("gpt-4o"), []byte("salt-1"), []byte("tenant-a")), Hash(0x1ea5ea5e6125d4ad); got != want {
+		t.Errorf("KeyedSeed(%#x, gpt-4o, salt-1, tenant-a) = %#x, want %#x", seedKey, got, want)
+	}
+	if got, want := KeyedSeed(0, []byte("gpt-4o"), []byte("salt-1"), []byte("tenant-a")), Seed([]byte("gpt-4o"), []byte("salt-1"), []byte("tenant-a")); got != want {
+		t.Errorf("KeyedSeed(0, ...) = %#x, want Seed(...) = %#x", got, want)
+	}
+	for _, tt := range []struct {
+		name string
+		size int
+		seed Hash
+		want []Hash
+	}{
+		{"size7", 7, 0, []Hash{0x4345bd38815fcc8c, 0xeaa64c0ea169fc74, 0xe50170c7fabcca14}},
+		{"size256", 256, KeyedSeed(seedKey, []byte("gpt-4o"), nil, nil), []Hash{0x9b692a7e2ae452a7, 0x849930de0d97606, 0xc79301328335471a}},
+	} {
+		t.Run("Append/"+tt.name, func(t *testing.T) {
+			c := Chunker{Size: tt.size, MaxChunks: len(tt.want), Key: chainKey}
+			got := c.Append(nil, tt.seed, goldenText)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Chunker%+v.Append(nil, %#x, goldenText) = %#x, want %#x", c, tt.seed, got, tt.want)
+			}
+			// Written out: the unkeyed chain, each link mixed with the key.
+			links := refChain(tt.size, len(tt.want), tt.seed, goldenText)
+			for i, h := range links {
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], uint64(h))
+				if want := Hash(xxh3.HashSeed(b[:], chainKey)); i < len(got) && got[i] != want {
+					t.Errorf("keyed hash %d = %#x, want the chain link %#x mixed with the key, %#x", i, got[i], h, want)
+				}
+				if i < len(got) && got[i] == h {
+					t.Errorf("keyed hash %d equals the chain link", i)
+				}
+			}
+		})
+	}
+}
+
+// A keyed Chunker allocates no more than an unkeyed one.
+func TestKeyedAppendAllocs(t *testing.T) {
+	c := Chunker{Size: 256, MaxChunks: 64, Key: 7}
+	dst := make([]Hash, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { c.Append(dst[:0], 1, goldenText) }); n != 0 {
+		t.Errorf("keyed Append allocates %v times, want 0", n)
+	}
+}
+
 // refChain is the chaining scheme written out, as a reader of the wire format
 // would implement it.
 func refChain(size, maxChunks int, seed Hash, text []byte) []Hash {
@@ -105,12 +162,12 @@ func TestChunkerAppend(t *testing.T) {
 		textLen int
 		wantLen int
 	}{
-		{"exact", Chunker{256, 100}, 1024, 4},
-		{"partial tail not hashed", Chunker{256, 100}, 1023, 3},
-		{"shorter than a chunk", Chunker{256, 100}, 255, 0},
-		{"empty", Chunker{256, 100}, 0, 0},
-		{"capped", Chunker{16, 10}, 1024, 10},
-		{"size one", Chunker{1, 2000}, 1024, 1024},
+		{"exact", Chunker{Size: 256, MaxChunks: 100}, 1024, 4},
+		{"partial tail not hashed", Chunker{Size: 256, MaxChunks: 100}, 1023, 3},
+		{"shorter than a chunk", Chunker{Size: 256, MaxChunks: 100}, 255, 0},
+		{"empty", Chunker{Size: 256, MaxChunks: 100}, 0, 0},
+		{"capped", Chunker{Size: 16, MaxChunks: 10}, 1024, 10},
+		{"size one", Chunker{Size: 1, MaxChunks: 2000}, 1024, 1024},
 		{"zero chunker", Chunker{}, 1024, 0},
 		{"zero max", Chunker{Size: 16}, 1024, 0},
 	}

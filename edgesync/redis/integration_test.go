@@ -204,3 +204,58 @@ func connectionsReceived(t *testing.T, admin *goredis.Client) int {
 	t.Fatalf("no total_connections_received in INFO stats:\n%s", info)
 	return 0
 }
+
+// TestRealOversizedFlood: a publisher that floods the channel with
+// messages of 31 MB, far larger than any placement (MaxMessageSize),
+// fills the subscribers' output buffers in Redis, which then drops the
+// subscriptions (client-output-buffer-limit pubsub, 32 MB by default):
+// sync is off for as long as the flood lasts. Redis set as docs/sync.md
+// says (proto-max-bulk-len 1mb) refuses such a PUBLISH before it reaches
+// any subscriber: the edge stays subscribed, without a reconnect, and
+// placements keep arriving.
+func TestRealOversizedFlood(t *testing.T) {
+	s := startRedis(t, "--proto-max-bulk-len", "1mb")
+	a := newTransport(t, "a", s.url())
+	b := newTransport(t, "b", s.url())
+	in := subscribe(t, b, 64)
+	waitConnected(t, a, true, reconnectWithin)
+	waitConnected(t, b, true, reconnectWithin)
+	publishUntilReceived(t, a, in, placement(1, 8), deliverWithin)
+
+	hostile := goredis.NewClient(&goredis.Options{Addr: s.addr(), Protocol: 2, MaxRetries: -1})
+	defer hostile.Close()
+	huge := make([]byte, 31<<20)
+	refused := 0
+	for range 8 {
+		if err := hostile.Publish(context.Background(), DefaultChannel, huge).Err(); err != nil {
+			refused++
+		}
+	}
+	if refused != 8 {
+		t.Errorf("Redis accepted %d of 8 PUBLISHes of 31 MB, want none", 8-refused)
+	}
+	publishUntilReceived(t, a, in, placement(2, 8), deliverWithin)
+	if st := b.Status(); !st.Connected || st.Reconnects != 0 || st.Oversized != 0 {
+		t.Errorf("after the flood, the subscriber's Status() = %+v, want connected, no reconnect, nothing oversized received", st)
+	}
+}
+
+// TestRealACL: the edges' Redis user of docs/sync.md, which may only
+// publish and subscribe on the tier's channel, is all an edge needs.
+func TestRealACL(t *testing.T) {
+	s := startRedis(t, "--user", "default", "off",
+		"--user", "edge", "on", ">test-secret", "resetchannels", "&"+DefaultChannel, "-@all", "+publish", "+subscribe", "+ping", "+hello", "+auth")
+	url := "redis://edge:test-secret@" + s.addr() + "/0"
+	a := newTransport(t, "a", url)
+	b := newTransport(t, "b", url)
+	in := subscribe(t, b, 64)
+	waitConnected(t, a, true, reconnectWithin)
+	waitConnected(t, b, true, reconnectWithin)
+	publishUntilReceived(t, a, in, placement(1, 8), deliverWithin)
+
+	other := goredis.NewClient(&goredis.Options{Addr: s.addr(), Username: "edge", Password: "test-secret", Protocol: 2})
+	defer other.Close()
+	if err := other.Publish(context.Background(), "another-channel", "x").Err(); err == nil {
+		t.Error("the edges' user published on another channel")
+	}
+}

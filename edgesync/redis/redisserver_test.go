@@ -16,12 +16,13 @@ import (
 // redisServer is a real redis-server on a free loopback port, in a temp
 // dir, persisting nothing, started and stopped by the test.
 type redisServer struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string // more redis-server arguments
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 // lookRedisServer finds redis-server. Without it the test is skipped,
@@ -40,14 +41,15 @@ func lookRedisServer(t testing.TB) string {
 	return ""
 }
 
-// startRedis starts a redis-server and stops it with the test.
-func startRedis(t testing.TB) *redisServer {
+// startRedis starts a redis-server, with extra arguments if any, and
+// stops it with the test.
+func startRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
 	port, err := strconv.Atoi(strings.TrimPrefix(freeAddr(t), "127.0.0.1:"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &redisServer{t: t, bin: lookRedisServer(t), dir: t.TempDir(), port: port}
+	s := &redisServer{t: t, bin: lookRedisServer(t), dir: t.TempDir(), port: port, extra: extra}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -59,10 +61,10 @@ func (s *redisServer) url() string  { return redisURL(s.addr()) }
 // start runs redis-server on s.port and waits for it to say it is ready.
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command(s.bin,
+	s.cmd = exec.Command(s.bin, append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--loglevel", "notice")
+		"--daemonize", "no", "--loglevel", "notice"}, s.extra...)...)
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
