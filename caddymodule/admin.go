@@ -253,7 +253,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
 				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
 				AppliedLoad:      ss.applied[edgesync.LoadKind].Load(),
-				TierEdges:        s.state.tier.edges(),
+				TierEdges:        s.state.fleet.Edges(),
 				Rejected:         map[string]uint64{},
 				LastLag:          time.Duration(ss.lag.Load()).String(),
 			}
@@ -267,16 +267,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			for i, u := range *pool {
 				us := upstreamStats{
 					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
-					InFlightBytes: s.state.inflight.load(tab.ids[i]),
 				}
-				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
-				if s.nsPerByte > 0 {
-					var remote int64
-					if *s.SyncLoad {
-						remote = us.RemoteInFlightBytes
-					}
-					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now, remote)
-				}
+				fs := s.state.fleet.Read(tab.ids[i], u.Dial, now, &s.fleetOptions)
+				us.InFlightBytes, us.PrefillBacklog = fs.Bytes, fs.Queued
+				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
 				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
 						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
@@ -288,14 +282,12 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 						us.Answers.Outcomes[name] = c.outcomes[o]
 					}
 				}
-				if t := s.state.engines.Load(); t != nil && tab.ids[i] != 0 {
-					if e := t.samples[tab.ids[i]].Load(); e != nil && e.dial == u.Dial {
-						age := time.Duration(now - e.at)
-						us.Engine = &engineStats{
-							Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
-							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others, PrefillRate: e.prefill.Rate(),
-							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
-						}
+				if e, ok := s.state.fleet.Engine(tab.ids[i], u.Dial); ok && tab.ids[i] != 0 {
+					age := time.Duration(now - e.At)
+					us.Engine = &engineStats{
+						Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
+						KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.Others, PrefillRate: e.Prefill.Rate(),
+						Age: age.Round(time.Millisecond).String(), Stale: age > s.fleetOptions.EngineStale,
 					}
 				}
 				if m := s.EngineMetrics; m != nil && m.Capacity && tab.ids[i] != 0 {

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
 
@@ -272,7 +273,7 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 				inFlight[u.Dial] = u.NumRequests()
 				if k := (stateDial{s.state, u.Dial}); !counted[k] {
 					counted[k] = true
-					inFlightBytes[u.Dial] += s.state.inflight.load(tab.ids[i])
+					inFlightBytes[u.Dial] += s.state.fleet.Read(tab.ids[i], u.Dial, 0, &fleet.Options{}).Bytes
 				}
 			}
 		}

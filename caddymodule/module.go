@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
@@ -249,23 +250,23 @@ type PrefixCacheSelection struct {
 	// counts for five of these. Default: `100ms`.
 	SyncLoadInterval caddy.Duration `json:"sync_load_interval,omitempty"`
 
-	fallback      reverseproxy.Selector
-	fallbackName  string
-	chunker       prefixindex.Chunker
-	policy        selection.Policy
-	nsPerByte     float64 // 1s / prefill_rate; 0 when prefill_rate is off
-	state         *sharedState
-	sync          *syncState // nil without sync
-	scraper       *scraper   // nil without engine_metrics
-	engineQueue   bool       // engine_metrics' queue: engines' queues join the bound
-	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
-	engineStale   time.Duration
-	reuse         handlerReuse // when a retry may ask for a sent body again
-	staticDials   []string     // the handler's static upstreams, for the janitor
-	id            uint64       // the admin API's instance number
-	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
-	upstreams     upstreamCache
-	logger        *zap.Logger
+	fallback     reverseproxy.Selector
+	fallbackName string
+	chunker      prefixindex.Chunker
+	policy       selection.Policy
+	state        *sharedState
+	sync         *syncState // nil without sync
+	scraper      *scraper   // nil without engine_metrics
+	// fleetOptions is how this instance reads the state's fleet:
+	// prefill_rate (NsPerByte, 0 when off), sync_load (Tier), and
+	// engine_metrics' queue, prefill and staleness.
+	fleetOptions fleet.Options
+	reuse        handlerReuse // when a retry may ask for a sent body again
+	staticDials  []string     // the handler's static upstreams, for the janitor
+	id           uint64       // the admin API's instance number
+	lastPool     atomic.Pointer[reverseproxy.UpstreamPool]
+	upstreams    upstreamCache
+	logger       *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -373,15 +374,17 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		ByteAllowance:  *s.LoadAllowanceBytes,
 		ColdLoadFactor: *s.ColdLoadFactor,
 	}
+	s.fleetOptions = fleet.Options{Tier: *s.SyncLoad}
 	if rate := *s.PrefillRate; rate > 0 {
 		s.policy.ColdBacklog = true
-		s.nsPerByte = 1e9 / float64(rate)
+		s.fleetOptions.NsPerByte = 1e9 / float64(rate)
 	}
 	if m := s.EngineMetrics; m != nil {
 		s.scraper = newScraper(ctx, m, s.logger)
-		s.engineQueue = *m.Queue
-		s.enginePrefill = m.Prefill && s.nsPerByte > 0
-		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
+		s.fleetOptions.EngineQueue = *m.Queue
+		s.fleetOptions.EnginePrefill = m.Prefill && s.fleetOptions.NsPerByte > 0
+		s.fleetOptions.EngineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
+		s.fleetOptions.BytesPerToken = m.BytesPerToken
 	}
 	s.reuse = handlerReuseOf(ctx)
 	s.staticDials = staticDialsOf(ctx)
@@ -451,8 +454,8 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
-		zap.Bool("engine_queue", s.engineQueue),
-		zap.Bool("engine_prefill", s.enginePrefill),
+		zap.Bool("engine_queue", s.fleetOptions.EngineQueue),
+		zap.Bool("engine_prefill", s.fleetOptions.EnginePrefill),
 		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
 		zap.Bool("sync_load", s.SyncRaw != nil && *s.SyncLoad),
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
@@ -577,16 +580,15 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	}
 	uncached := int64(v.textLen - d.matched)
 	from := s.syncFrom(d.depth)
-	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
+	var now int64
+	if s.fleetOptions.NsPerByte > 0 {
+		now = time.Now().UnixNano()
+	}
+	v.charge.place(s, d.id, d.chosen, from, now, int64(v.textLen), uncached)
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
-	s.state.queued[d.id].Add(uint64(max(uncached, 0)))
 	if uncached > 0 && s.sharesLoad() {
 		s.state.askReport()
-	}
-	if s.nsPerByte > 0 {
-		now := time.Now().UnixNano()
-		s.state.prefill.add(d.id, now, uncached, s.prefillNs(d.id, d.chosen, now))
 	}
 	metrics.selected(d)
 	setPlaceholders(r, d)
@@ -621,7 +623,7 @@ func (s *PrefixCacheSelection) fallBack(pool reverseproxy.UpstreamPool, r *http.
 // response; Select clears it when it chooses, so it is the chosen
 // attempt's or none.
 func (v *view) settle(repl *caddy.Replacer) {
-	id, dial, from := v.charge.release()
+	id, dial, from := v.charge.settle()
 	if id == 0 {
 		return
 	}
@@ -691,33 +693,15 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(v.scope, v.hashes, sc.ids, sc.depths)
 	var nowNS int64
-	if s.nsPerByte > 0 || s.engineQueue {
+	if s.fleetOptions.NsPerByte > 0 || s.fleetOptions.EngineQueue {
 		nowNS = time.Now().UnixNano()
 	}
-	var engines *engineTable
-	if s.engineQueue {
-		engines = s.state.engines.Load() // nil until the first scrape
-	}
 	for j, u := range sc.ups {
-		id := sc.ids[j]
-		var remoteReq int
-		var remoteBytes int64
-		if *s.SyncLoad {
-			remoteReq, remoteBytes = s.state.tier.load(id) // 0 without sync
-		}
-		if engines != nil {
-			// The engine's queue counts the other edges too: the
-			// larger of the two views of them, never their sum.
-			if others, ok := engines.others(id, u.Dial, nowNS, s.engineStale); ok {
-				remoteReq = max(remoteReq, others)
-			}
-		}
+		st := s.state.fleet.Read(sc.ids[j], u.Dial, nowNS, &s.fleetOptions)
 		sc.cands[j].Depth = sc.depths[j]
-		sc.cands[j].Load = u.NumRequests() + remoteReq
-		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
-		if s.nsPerByte > 0 {
-			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS, remoteBytes)
-		}
+		sc.cands[j].Load = u.NumRequests() + st.RemoteRequests
+		sc.cands[j].Bytes = st.Bytes + st.RemoteBytes
+		sc.cands[j].Backlog = st.Queued
 	}
 
 	policy := s.policy
@@ -753,29 +737,6 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		age:         age,
 		aged:        aged,
 	}, true
-}
-
-// backlog is the prefill queued at id, the upstream at dial, at time
-// now, as cold placement reads it: the fluid estimate, capped by the
-// uncached bytes in flight, this edge's and, with sync, the other edges'
-// remote bytes in flight (all they route, for they do not report what of
-// it is uncached).
-func (s *PrefixCacheSelection) backlog(id prefixindex.ID, dial string, now, remote int64) int64 {
-	return min(s.state.prefill.load(id, now, s.prefillNs(id, dial, now)), s.state.uncached.load(id)+remote)
-}
-
-// prefillNs is the nanoseconds per byte of routing text id, the upstream
-// at dial, prefills at: its engine's measured speed with engine_metrics'
-// prefill while its scrapes are fresh, else prefill_rate's.
-func (s *PrefixCacheSelection) prefillNs(id prefixindex.ID, dial string, now int64) float64 {
-	if s.enginePrefill {
-		if t := s.state.engines.Load(); t != nil {
-			if ns, ok := t.prefillNsPerByte(id, dial, now, s.engineStale, s.EngineMetrics.BytesPerToken); ok {
-				return ns
-			}
-		}
-	}
-	return s.nsPerByte
 }
 
 // staticDialsOf returns the Dials of the static upstreams of the nearest

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
@@ -47,15 +48,10 @@ type syncState struct {
 	limits    edgesync.Limits
 
 	// recv and its buffers are used on the transport's goroutine only.
-	recv       edgesync.Message
-	hashes     []prefixindex.Hash
-	recvLoad   edgesync.LoadReport
-	loadIDs    []prefixindex.ID
-	loadDials  []string
-	loadReq    []int64
-	loadBytes  []int64
-	loadQueued []uint64
-	loadGrown  []int64
+	recv     edgesync.Message
+	hashes   []prefixindex.Hash
+	recvLoad edgesync.LoadReport
+	loads    []fleet.Load
 
 	stopLoad chan struct{} // ends reportLoad
 	stopOnce sync.Once
