@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 )
 
 func init() {
@@ -271,15 +272,15 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				fs := s.state.fleet.Read(tab.ids[i], u.Dial, now, &s.fleetOptions)
 				us.InFlightBytes, us.PrefillBacklog = fs.Bytes, fs.Queued
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
-				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
+				if c, ok := s.state.fleet.Answers(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
-						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
-						HitRate:          ratio(c.cachedTokens, c.promptTokens),
-						PredictedHitRate: ratio(c.predictedBytes, c.routedBytes),
+						Answers: c.Answers, PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens,
+						HitRate:          ratio(c.CachedTokens, c.PromptTokens),
+						PredictedHitRate: ratio(c.PredictedBytes, c.RoutedBytes),
 						Outcomes:         map[string]uint64{},
 					}
-					for o, name := range predictionNames {
-						us.Answers.Outcomes[name] = c.outcomes[o]
+					for _, o := range fleet.Outcomes {
+						us.Answers.Outcomes[o.String()] = c.Outcomes[o]
 					}
 				}
 				if e, ok := s.state.fleet.Engine(tab.ids[i], u.Dial); ok && tab.ids[i] != 0 {
@@ -293,8 +294,8 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				if m := s.EngineMetrics; m != nil && m.Capacity && tab.ids[i] != 0 {
 					cs := &capacityStats{}
 					cs.Chunks, cs.Sent = s.state.index.Capacity(tab.ids[i])
-					if c, ok := s.state.capacities.get(tab.ids[i]); ok {
-						cs.Published, cs.Learned, cs.Misses, cs.Hits = c.published, c.learned, c.misses, c.hits
+					if c, ok := s.state.fleet.Capacity(tab.ids[i]); ok {
+						cs.Published, cs.Learned, cs.Misses, cs.Hits = c.Published, c.Learned, c.Misses, c.Hits
 					}
 					us.Capacity = cs
 				}
@@ -428,8 +429,7 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		}
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
-		st.answers.forget(id)
-		st.capacities.forget(id)
+		st.fleet.Forget(id)
 	}
 	for _, t := range targets {
 		t.s.upstreams.invalidate()

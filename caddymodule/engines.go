@@ -388,7 +388,7 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, u *rever
 	s.state.fleet.Scraped(id, u.Dial, time.Now().UnixNano(), sample, u.NumRequests())
 	if sc.cfg.Capacity && sample.KVTokens > 0 {
 		chunks := sample.KVTokens * sc.cfg.BytesPerToken / float64(s.ChunkSize)
-		s.state.capacities.published(s.state.index, id, int(min(chunks, prefixindex.MaxCapacity)))
+		s.state.fleet.PublishCapacity(s.state.index, id, int(min(chunks, prefixindex.MaxCapacity)))
 	}
 	return scrapeOK
 }
@@ -438,6 +438,6 @@ func (s *PrefixCacheSelection) releaseCapacities() {
 	})
 	if !others {
 		s.state.index.ClearCapacities()
-		s.state.capacities.reset()
+		s.state.fleet.ResetCapacities()
 	}
 }

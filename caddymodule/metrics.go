@@ -123,8 +123,8 @@ func newMetricSet() *metricSet {
 	}
 	m.answerTokens.WithLabelValues("prompt")
 	m.answerTokens.WithLabelValues("cached")
-	for _, o := range predictionNames {
-		m.answers.WithLabelValues(o)
+	for _, o := range fleet.Outcomes {
+		m.answers.WithLabelValues(o.String())
 	}
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
@@ -176,7 +176,7 @@ func (m *metricSet) syncApplied(k edgesync.Kind, lag time.Duration) {
 	m.syncLag.Observe(max(lag, 0).Seconds())
 }
 
-func (m *metricSet) answered(u usage, o predictionOutcome) {
+func (m *metricSet) answered(u usage, o fleet.Outcome) {
 	m.answerTokens.WithLabelValues("prompt").Add(float64(u.prompt))
 	m.answerTokens.WithLabelValues("cached").Add(float64(u.cached))
 	m.answers.WithLabelValues(o.String()).Inc()

@@ -23,6 +23,11 @@ type Fleet struct {
 	// engines is the latest scrape of each upstream's engine; nil until
 	// the first.
 	engines atomic.Pointer[engineTable]
+	// answers is what the engines answered about their caches, and
+	// capacities each engine's capacity, as published and as its
+	// answers show it.
+	answers    answerTable
+	capacities capacityLearner
 }
 
 // Options is how one reader (a policy instance) reads and feeds the
@@ -115,3 +120,12 @@ func (f *Fleet) Reported(id prefixindex.ID) (int, int64) { return f.tier.load(id
 // Sent returns the uncached routing text placed at id since the fleet
 // was made: what this edge's load reports carry. It only grows.
 func (f *Fleet) Sent(id prefixindex.ID) uint64 { return f.sent[id].Load() }
+
+// Forget drops what the engines' answers said of id and its engine's
+// capacity, when the index forgets id: another upstream may get its ID.
+// (Bytes in flight stay until their requests settle; samples and
+// reports name their upstream.)
+func (f *Fleet) Forget(id prefixindex.ID) {
+	f.answers.forget(id)
+	f.capacities.forget(id)
+}
