@@ -1,11 +1,18 @@
 // Package caddymodule is the Caddy adapter of the prefix_cache load-balancing
-// policy: the module and its configuration, the request-body peek, the
-// placeholders it sets, and the state it keeps across config reloads.
+// policy: the module and its configuration (JSON and Caddyfile), the
+// request-body peek and its memory budget, the placeholders it sets, its
+// metrics and admin API, the state it keeps across config reloads, and
+// the I/O of the signals it routes by: the scrapes of the engines'
+// metrics, the answers' usage, and the sync transport between edges.
 //
 // The algorithm lives elsewhere: dialect turns a request body into
 // routing text, prefixindex hashes that text into chained chunk hashes and
-// remembers which upstream holds which prefix, and selection makes the
-// choice. This package only moves bytes between Caddy and those packages.
+// remembers which upstream holds which prefix, fleet keeps what this edge
+// knows of each upstream's load (in flight, queued prefill and its speed,
+// the other edges' reports, the engines' metrics and answers), and
+// selection makes the choice. This package moves bytes and signals
+// between Caddy and those packages; what it keeps across reloads is an
+// index and its fleet, per index shape.
 package caddymodule
 
 import (
