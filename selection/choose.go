@@ -21,9 +21,14 @@ type Candidate struct {
 	Bytes int64
 	// Backlog is the prefill the upstream is believed to have queued:
 	// the uncached prompt of the requests sent to it that it has not
-	// prefilled yet, in the caller's unit. Only Policy.ColdBacklog reads
-	// it.
+	// prefilled yet, in the caller's unit. Policy.ColdBacklog and
+	// Policy.Cost read it.
 	Backlog int64
+	// NsPerByte is how long the upstream takes to prefill one unit of
+	// size (nanoseconds per byte of routing text in caddymodule): its
+	// measured prefill speed. 0, a negative, NaN or infinite value
+	// means Policy.NsPerByte. Only Policy.Cost reads it.
+	NsPerByte float64
 }
 
 // Choice is the result of Choose.
