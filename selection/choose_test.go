@@ -190,6 +190,7 @@ func TestChooseAllocs(t *testing.T) {
 	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	withBacklog := p
 	withBacklog.ColdBacklog = true
+	cost := costPolicy
 	for _, n := range []int{0, 1, 16, 256} {
 		for _, warm := range []bool{false, true} {
 			cands := benchCands(n, warm)
@@ -198,6 +199,7 @@ func TestChooseAllocs(t *testing.T) {
 				placement++
 				p.Choose(cands, placement, 0)
 				withBacklog.Choose(cands, placement, 4096)
+				cost.Choose(cands, placement, 4096)
 			})
 			if allocs != 0 {
 				t.Errorf("Choose(%d candidates, warm=%v) allocates %v times, want 0", n, warm, allocs)
@@ -494,6 +496,18 @@ func FuzzChoose(f *testing.F) {
 				Bytes: int64(data[3]) * 64, Backlog: int64(data[4]) * 256})
 		}
 		checkChoice(t, p, cands, placement, size, p.Choose(cands, placement, size))
+
+		// The same candidates under the cost, with speeds taken from the
+		// key bytes' high bits and figures small enough to stay exact in
+		// float64 (so the reference ties as Choose does).
+		for i := range cands {
+			cands[i].NsPerByte = float64(cands[i].Key>>62) / 2
+		}
+		p.Cost, p.ChunkSize = true, 1+max(minDepth, 0)%512
+		p.NsPerByte = float64(placement % 4)
+		p.CacheWeight = []float64{0, 0.5, 1, 2, 8}[placement>>2%5]
+		size %= 1 << 24
+		checkCost(t, p, cands, placement, size, p.Choose(cands, placement, size))
 	})
 }
 
