@@ -89,6 +89,13 @@ const (
 	// and twice the rate measured the same within that spread.
 	DefaultPrefillRate = 64 << 10
 
+	// ChoiceRules and ChoiceCost are the values of choice: today's
+	// rules, or one predicted cost for every request. The rules stay the
+	// default until a paired run on the tuning set measures the cost
+	// against them (docs/tuning.md).
+	ChoiceRules = "rules"
+	ChoiceCost  = "cost"
+
 	// DefaultTenantShare is the default tenant_share: a quarter of the
 	// index (4 of its 16 shards) per tenant. The default index holds
 	// ~1M prefixes, far more than a fleet's KV caches (8 engines of 64k
@@ -108,7 +115,10 @@ const (
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
 // message), so that independent Caddy instances agree, unless that winner
-// is busier than the mean (cold_load_factor).
+// is busier than the mean (cold_load_factor). With choice cost, every
+// request goes instead to the upstream under the bound with the least
+// predicted time to first token, weighed against the cached prefix it
+// gives up (cache_weight).
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -180,6 +190,24 @@ type PrefixCacheSelection struct {
 	// throughput (tokens per second x ~4). Default: `65536` (64 KiB/s,
 	// about 16k tokens/s).
 	PrefillRate *int64 `json:"prefill_rate,omitempty"`
+
+	// How the upstream is chosen: `rules` (the deepest holder under the
+	// bound, cold requests by rendezvous hashing, cold_load_factor and
+	// the prefill backlog), or `cost`: every request to the upstream
+	// under the bound with the least predicted time to first token (its
+	// queued prefill plus the request's own uncached prefill, at
+	// prefill_rate or the engine's measured speed) plus cache_weight
+	// times the prefill a move off the deepest holder throws away. A cold
+	// request leaves its rendezvous-hash winner only when that saves more
+	// than its own prefill. `cost` needs prefill_rate. Default: `rules`.
+	Choice string `json:"choice,omitempty"`
+
+	// With choice cost, how much the prefix a request gives up by moving
+	// weighs against the time to first token it saves, as a multiple of
+	// that prefix's prefill time: 0 moves a request as soon as its
+	// predicted time to first token is less elsewhere, larger values keep
+	// conversations on their holders. Finite and at least 0. Default: `1`.
+	CacheWeight *float64 `json:"cache_weight,omitempty"`
 
 	// Shortest matched prefix, in bytes of routing text, worth routing on;
 	// a shorter match is treated as no match. Default: `1024`.
@@ -322,6 +350,13 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		rate := int64(DefaultPrefillRate)
 		s.PrefillRate = &rate
 	}
+	if s.Choice == "" {
+		s.Choice = ChoiceRules
+	}
+	if s.CacheWeight == nil {
+		w := selection.DefaultCacheWeight
+		s.CacheWeight = &w
+	}
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
 	}
@@ -380,11 +415,15 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		MinDepth:       max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
 		ByteAllowance:  *s.LoadAllowanceBytes,
 		ColdLoadFactor: *s.ColdLoadFactor,
+		Cost:           s.Choice == ChoiceCost,
+		ChunkSize:      s.ChunkSize,
+		CacheWeight:    *s.CacheWeight,
 	}
 	s.fleetOptions = fleet.Options{Tier: *s.SyncLoad}
 	if rate := *s.PrefillRate; rate > 0 {
 		s.policy.ColdBacklog = true
 		s.fleetOptions.NsPerByte = 1e9 / float64(rate)
+		s.policy.NsPerByte = s.fleetOptions.NsPerByte
 	}
 	if m := s.EngineMetrics; m != nil {
 		s.scraper = newScraper(ctx, m, s.logger)
@@ -454,6 +493,8 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Int64("load_allowance_bytes", *s.LoadAllowanceBytes),
 		zap.Float64("cold_load_factor", *s.ColdLoadFactor),
 		zap.Int64("prefill_rate", *s.PrefillRate),
+		zap.String("choice", s.Choice),
+		zap.Float64("cache_weight", *s.CacheWeight),
 		zap.Int("min_match", s.MinMatch),
 		zap.Float64("min_match_ratio", *s.MinMatchRatio),
 		zap.Bool("tenant", s.Tenant != ""),
@@ -498,6 +539,10 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("allow_empty_tenant needs tenant")
 	case s.SyncLoadInterval != 0 && (time.Duration(s.SyncLoadInterval) < minLoadInterval || time.Duration(s.SyncLoadInterval) > maxLoadInterval):
 		return fmt.Errorf("sync_load_interval must be from %v to %v, got %v", minLoadInterval, maxLoadInterval, time.Duration(s.SyncLoadInterval))
+	case s.Choice != "" && s.Choice != ChoiceRules && s.Choice != ChoiceCost:
+		return fmt.Errorf("choice must be %s or %s, got %q", ChoiceRules, ChoiceCost, s.Choice)
+	case s.Choice == ChoiceCost && s.PrefillRate != nil && *s.PrefillRate == 0:
+		return fmt.Errorf("choice %s predicts prefill at prefill_rate, which is off", ChoiceCost)
 	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:
 		return fmt.Errorf("sync_hashes must be %s or %s, got %q", SyncHashesAll, SyncHashesNew, s.SyncHashes)
 	}
@@ -518,11 +563,15 @@ func (s *PrefixCacheSelection) Validate() error {
 			return fmt.Errorf("engine_metrics: prefill measures what prefill_rate estimates; it needs prefill_rate, which is off")
 		}
 	}
-	// The remaining rules, load_factor and cold_load_factor, are the
-	// choice's own; their messages name the same fields.
+	// The remaining rules, load_factor, cold_load_factor and
+	// cache_weight, are the choice's own; their messages name the same
+	// fields.
 	p := selection.Policy{LoadFactor: s.LoadFactor, MinDepth: 1}
 	if s.ColdLoadFactor != nil {
 		p.ColdLoadFactor = *s.ColdLoadFactor
+	}
+	if s.CacheWeight != nil {
+		p.CacheWeight = *s.CacheWeight
 	}
 	return p.Validate()
 }
@@ -709,6 +758,10 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		sc.cands[j].Load = u.NumRequests() + st.RemoteRequests
 		sc.cands[j].Bytes = st.Bytes + st.RemoteBytes
 		sc.cands[j].Backlog = st.Queued
+		if s.policy.Cost {
+			// The queue's speed: the engine's measured one while fresh.
+			sc.cands[j].NsPerByte = st.NsPerByte
+		}
 	}
 
 	policy := s.policy
