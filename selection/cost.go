@@ -19,6 +19,7 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 		weight = 0
 	}
 	chunk := int64(max(p.ChunkSize, 1))
+	chunks := size/chunk + min(size%chunk, 1) // ceil(size/chunk): the depth that matches it all
 
 	var (
 		holder, hrw, hrwUnder, best, least = -1, -1, -1, -1, -1
@@ -50,7 +51,7 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 		if c.Load >= bound || (byteBound != 0 && c.Bytes > byteBound) { // over the bound
 			continue
 		}
-		cost := candidateCost(c, d, size, chunk, ref, weight)
+		cost := candidateCost(c, d, size, chunk, chunks, ref, weight)
 		if hrwUnder < 0 || s > hrwUnderScore {
 			hrwUnder, hrwUnderScore, hrwUnderCost = i, s, cost
 		}
@@ -94,9 +95,10 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 	return ch
 }
 
-// candidateCost is the cost of sending a request of the given size to c,
-// which holds d useful chunks of it (0 below MinDepth), up to a term
-// that is the same for every candidate:
+// candidateCost is the cost of sending a request of the given size, in
+// chunks of the given size (chunks of them in all), to c, which holds d
+// useful chunks of it (0 below MinDepth), up to a term that is the same
+// for every candidate:
 //
 //	matched = min(d*chunk, size)
 //	ttft    = (Backlog + size - matched) * ns
@@ -105,9 +107,9 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 // where ns is c.NsPerByte, or ref when unset or invalid. A NaN (from an
 // invalid policy's product of infinities) counts as +Inf, so it never
 // wins.
-func candidateCost(c *Candidate, d int, size, chunk int64, ref, weight float64) float64 {
+func candidateCost(c *Candidate, d int, size, chunk, chunks int64, ref, weight float64) float64 {
 	matched := size
-	if chunks := size/chunk + min(size%chunk, 1); int64(d) < chunks { // ceil(size/chunk), without overflow
+	if int64(d) < chunks {
 		matched = int64(d) * chunk
 	}
 	ns := c.NsPerByte

@@ -272,22 +272,28 @@ func TestChooseCost(t *testing.T) {
 }
 
 // TestCostColdAgreement feeds two edges the same fleet, each seeing its
-// own private queues (noise below half the request's size), and counts
-// cold placements on which they disagree: none with the cost, while the
-// rules' ColdBacklog, which moves on any difference, disagrees often.
-// A clear difference (the HRW winner's queue three requests long) still
-// moves the request on both.
+// own private queues (noise below half the request's size) and its own
+// requests in flight (0 to 3 at each upstream), and counts cold
+// placements on which they disagree: none with the cost, while the rules,
+// whose cold bound and ColdBacklog move a request on any difference,
+// disagree often. A clear difference (the HRW winner's queue three
+// requests long) still moves the request on both.
 func TestCostColdAgreement(t *testing.T) {
 	const n, size, trials = 8, 4096, 2000
 	rules := Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: 1, ColdBacklog: true}
 	rng := rand.New(rand.NewPCG(3, 4))
 	a, b := make([]Candidate, n), make([]Candidate, n)
+	coldBoundOnly := rules
+	coldBoundOnly.ColdBacklog = false
+	backlogOnly := rules
+	backlogOnly.ColdLoadFactor = 0
 	disagree := map[bool]int{}
+	var byBound, byBacklog int // the rules' two movers, each alone
 	for range trials {
 		placement := rng.Uint64()
 		for i := range a {
-			a[i] = Candidate{Key: dialKey(i), Backlog: rng.Int64N(size / 2)}
-			b[i] = Candidate{Key: dialKey(i), Backlog: rng.Int64N(size / 2)}
+			a[i] = Candidate{Key: dialKey(i), Load: rng.IntN(4), Backlog: rng.Int64N(size / 2)}
+			b[i] = Candidate{Key: dialKey(i), Load: rng.IntN(4), Backlog: rng.Int64N(size / 2)}
 		}
 		for _, cost := range []bool{false, true} {
 			p := rules
@@ -302,6 +308,12 @@ func TestCostColdAgreement(t *testing.T) {
 				t.Fatalf("%+v.Choose(%s, %#x, %d) = %+v, want the HRW winner", p, show(a), placement, size, ca)
 			}
 		}
+		if coldBoundOnly.Choose(a, placement, size).Index != coldBoundOnly.Choose(b, placement, size).Index {
+			byBound++
+		}
+		if backlogOnly.Choose(a, placement, size).Index != backlogOnly.Choose(b, placement, size).Index {
+			byBacklog++
+		}
 		// A clear difference moves the request on both edges alike.
 		hrw := costPolicy.Choose(a, placement, size).Preferred
 		a[hrw].Backlog += 3 * size
@@ -315,9 +327,10 @@ func TestCostColdAgreement(t *testing.T) {
 		t.Errorf("the cost: edges with noisy queues disagree on %d of %d cold placements, want 0", disagree[true], trials)
 	}
 	if disagree[false] < trials/2 {
-		t.Errorf("the rules' ColdBacklog: edges disagree on %d of %d cold placements; the test no longer shows what it is for", disagree[false], trials)
+		t.Errorf("the rules: edges disagree on %d of %d cold placements; the test no longer shows what it is for", disagree[false], trials)
 	}
-	t.Logf("cold placements disagreeing under noise: rules %d, cost %d of %d", disagree[false], disagree[true], trials)
+	t.Logf("cold placements disagreeing under noise, of %d: rules %d (cold bound alone %d, ColdBacklog alone %d), cost %d",
+		trials, disagree[false], byBound, byBacklog, disagree[true])
 }
 
 // randomCostCase draws a cost policy and candidates whose figures are

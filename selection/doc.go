@@ -154,8 +154,9 @@
 // request's own prefill, size * Policy.NsPerByte: then to the least cost
 // ([ReasonPrefill]). Its predicted time to first token there is at least
 // its own prefill, so a cold request waits at most about twice the best
-// it could, and edges whose private views of the queues differ by less
-// than that margin place it alike. A rule that moved it on any
+// it could (one speed throughout). Edges whose private views of the
+// queues differ a little place it alike, unless the difference one of
+// them sees lies close to that margin. A rule that moved it on any
 // difference would let every edge place a conversation by its own load,
 // and its turns would alternate between replicas.
 //
