@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 )
 
 func init() {
@@ -261,7 +262,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				AppliedPlaced:    ss.applied[edgesync.Placed].Load(),
 				AppliedConfirmed: ss.applied[edgesync.Confirmed].Load(),
 				AppliedLoad:      ss.applied[edgesync.LoadKind].Load(),
-				TierEdges:        s.state.tier.edges(),
+				TierEdges:        s.state.fleet.Edges(),
 				Rejected:         map[string]uint64{},
 				LastLag:          time.Duration(ss.lag.Load()).String(),
 			}
@@ -275,42 +276,34 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 			for i, u := range *pool {
 				us := upstreamStats{
 					Dial: u.Dial, Available: u.Available(), InFlight: u.NumRequests(), Owned: owned[u.Dial],
-					InFlightBytes: s.state.inflight.load(tab.ids[i]),
 				}
-				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.tier.load(tab.ids[i])
-				if s.nsPerByte > 0 {
-					var remote int64
-					if *s.SyncLoad {
-						remote = us.RemoteInFlightBytes
-					}
-					us.PrefillBacklog = s.backlog(tab.ids[i], u.Dial, now, remote)
-				}
-				if c, ok := s.state.answers.counts(tab.ids[i]); ok && tab.ids[i] != 0 {
+				fs := s.state.fleet.Read(tab.ids[i], u.Dial, now, &s.fleetOptions)
+				us.InFlightBytes, us.PrefillBacklog = fs.Bytes, fs.Queued
+				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
+				if c, ok := s.state.fleet.Answers(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
-						Answers: c.answers, PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
-						HitRate:          ratio(c.cachedTokens, c.promptTokens),
-						PredictedHitRate: ratio(c.predictedBytes, c.routedBytes),
+						Answers: c.Answers, PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens,
+						HitRate:          ratio(c.CachedTokens, c.PromptTokens),
+						PredictedHitRate: ratio(c.PredictedBytes, c.RoutedBytes),
 						Outcomes:         map[string]uint64{},
 					}
-					for o, name := range predictionNames {
-						us.Answers.Outcomes[name] = c.outcomes[o]
+					for _, o := range fleet.Outcomes {
+						us.Answers.Outcomes[o.String()] = c.Outcomes[o]
 					}
 				}
-				if t := s.state.engines.Load(); t != nil && tab.ids[i] != 0 {
-					if e := t.samples[tab.ids[i]].Load(); e != nil && e.dial == u.Dial {
-						age := time.Duration(now - e.at)
-						us.Engine = &engineStats{
-							Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
-							KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.others, PrefillRate: e.prefill.Rate(),
-							Age: age.Round(time.Millisecond).String(), Stale: age > s.engineStale,
-						}
+				if e, ok := s.state.fleet.Engine(tab.ids[i], u.Dial); ok && tab.ids[i] != 0 {
+					age := time.Duration(now - e.At)
+					us.Engine = &engineStats{
+						Engine: e.Engine.String(), Running: e.Running, Waiting: e.Waiting,
+						KVTokens: e.KVTokens, KVUsage: e.KVUsage, Others: e.Others, PrefillRate: e.Prefill.Rate(),
+						Age: age.Round(time.Millisecond).String(), Stale: age > s.fleetOptions.EngineStale,
 					}
 				}
 				if m := s.EngineMetrics; m != nil && m.Capacity && tab.ids[i] != 0 {
 					cs := &capacityStats{}
 					cs.Chunks, cs.Sent = s.state.index.Capacity(tab.ids[i])
-					if c, ok := s.state.capacities.get(tab.ids[i]); ok {
-						cs.Published, cs.Learned, cs.Misses, cs.Hits = c.published, c.learned, c.misses, c.hits
+					if c, ok := s.state.fleet.Capacity(tab.ids[i]); ok {
+						cs.Published, cs.Learned, cs.Misses, cs.Hits = c.Published, c.Learned, c.Misses, c.Hits
 					}
 					us.Capacity = cs
 				}
@@ -449,8 +442,7 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		exists = true
 		entries += st.index.Owned()[dial]
 		st.index.Forget(dial)
-		st.answers.forget(id)
-		st.capacities.forget(id)
+		st.fleet.Forget(id)
 	}
 	if !exists {
 		// A typo, or the wrong edge: saying 200 with nothing forgotten

@@ -30,6 +30,8 @@ import (
 //		load_allowance_bytes <size>|off
 //		cold_load_factor <factor>|off
 //		prefill_rate   <size>|off
+//		choice         rules|cost
+//		cache_weight   <weight>
 //		min_match      <bytes>
 //		min_match_ratio <fraction>
 //		tenant         <placeholder>
@@ -173,6 +175,29 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 			}
 			if err := sizeOrOff(d, "a size (bytes per second)", &s.PrefillRate); err != nil {
 				return err
+			}
+		case "choice":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if v := d.Val(); v != ChoiceRules && v != ChoiceCost {
+				return d.Errf("invalid choice '%s': must be %s or %s", v, ChoiceRules, ChoiceCost)
+			}
+			s.Choice = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "cache_weight":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			w, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil || !(w >= 0) || math.IsInf(w, 1) {
+				return d.Errf("invalid cache_weight '%s': must be a finite number of at least 0", d.Val())
+			}
+			s.CacheWeight = &w
+			if d.NextArg() {
+				return d.ArgErr()
 			}
 		case "tenant":
 			if !d.NextArg() {

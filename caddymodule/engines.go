@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -180,54 +178,6 @@ var scrapeOutcomeNames = [...]string{
 
 func (o scrapeOutcome) String() string { return scrapeOutcomeNames[o] }
 
-// engineSample is the latest good scrape of one upstream.
-type engineSample struct {
-	enginemetrics.Sample
-	dial string // the upstream scraped: an ID may be reused by another
-	at   int64  // unix nanoseconds, when the scrape's answer arrived
-	// others is the requests the engine had beyond this process's in
-	// flight to it at the scrape: other edges' and other clients'.
-	others int
-	// prefill is the engine's measured prefill speed.
-	prefill enginemetrics.PrefillMeter
-}
-
-// engineTable holds, per upstream ID of one index, its latest sample.
-// It is allocated by the first instance with engine_metrics.
-type engineTable struct {
-	samples [prefixindex.MaxIDs + 1]atomic.Pointer[engineSample]
-}
-
-// engineTable returns st's table, creating it.
-func (st *sharedState) engineTable() *engineTable {
-	if t := st.engines.Load(); t != nil {
-		return t
-	}
-	st.engines.CompareAndSwap(nil, new(engineTable))
-	return st.engines.Load()
-}
-
-// prefillNsPerByte is the nanoseconds per byte of routing text id's
-// engine prefills at, by a sample of dial no older than stale at now
-// with a measured rate, for bytesPerToken bytes a token.
-func (t *engineTable) prefillNsPerByte(id prefixindex.ID, dial string, now int64, stale time.Duration, bytesPerToken float64) (float64, bool) {
-	e := t.samples[id].Load()
-	if e == nil || e.dial != dial || now-e.at > int64(stale) || e.prefill.Rate() <= 0 {
-		return 0, false
-	}
-	return 1e9 / (e.prefill.Rate() * bytesPerToken), true
-}
-
-// engineOthers is what id's engine has in flight beyond this process's
-// requests, by a sample of dial no older than stale at now, or 0.
-func (t *engineTable) others(id prefixindex.ID, dial string, now int64, stale time.Duration) (int, bool) {
-	e := t.samples[id].Load()
-	if e == nil || e.dial != dial || now-e.at > int64(stale) || e.Queue() < 0 {
-		return 0, false
-	}
-	return e.others, true
-}
-
 // scraper scrapes one instance's upstreams, from the first Select until
 // the instance is cleaned up.
 type scraper struct {
@@ -299,7 +249,6 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 	timer := time.NewTimer(rand.N(interval/10 + 1))
 	defer timer.Stop()
 	var client *http.Client
-	table := s.state.engineTable()
 	for {
 		select {
 		case <-sc.stop:
@@ -333,7 +282,7 @@ func (sc *scraper) run(s *PrefixCacheSelection) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				outcome := sc.scrape(s, client, table, u)
+				outcome := sc.scrape(s, client, u)
 				if sc.stopping() {
 					// A reload or stop cancelled it: not the engine's
 					// doing, neither counted nor logged.
@@ -422,7 +371,7 @@ func (sc *scraper) client() *http.Client {
 
 // scrape scrapes u once and, on success, stores its sample under u's
 // index ID.
-func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *engineTable, u *reverseproxy.Upstream) scrapeOutcome {
+func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, u *reverseproxy.Upstream) scrapeOutcome {
 	target, ok := sc.target(u.Dial)
 	if !ok {
 		return scrapeUnsupported
@@ -470,18 +419,10 @@ func (sc *scraper) scrape(s *PrefixCacheSelection, client *http.Client, table *e
 	if !ok {
 		return scrapeOK // never routed to yet: nothing to bound
 	}
-	e := &engineSample{Sample: sample, dial: u.Dial, at: time.Now().UnixNano()}
-	if q := sample.Queue(); q >= 0 {
-		e.others = max(0, int(math.Round(q))-u.NumRequests())
-	}
-	if prev := table.samples[id].Load(); prev != nil && prev.dial == u.Dial {
-		e.prefill = prev.prefill
-	}
-	e.prefill = e.prefill.Next(sample)
-	table.samples[id].Store(e)
+	s.state.fleet.Scraped(id, u.Dial, time.Now().UnixNano(), sample, u.NumRequests())
 	if sc.cfg.Capacity && sample.KVTokens > 0 {
 		chunks := sample.KVTokens * sc.cfg.BytesPerToken / float64(s.ChunkSize)
-		s.state.capacities.published(s.state.index, id, int(min(chunks, prefixindex.MaxCapacity)))
+		s.state.fleet.PublishCapacity(s.state.index, id, int(min(chunks, prefixindex.MaxCapacity)))
 	}
 	return scrapeOK
 }
@@ -531,6 +472,6 @@ func (s *PrefixCacheSelection) releaseCapacities() {
 	})
 	if !others {
 		s.state.index.ClearCapacities()
-		s.state.capacities.reset()
+		s.state.fleet.ResetCapacities()
 	}
 }

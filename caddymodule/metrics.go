@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
 
@@ -122,8 +123,8 @@ func newMetricSet() *metricSet {
 	}
 	m.answerTokens.WithLabelValues("prompt")
 	m.answerTokens.WithLabelValues("cached")
-	for _, o := range predictionNames {
-		m.answers.WithLabelValues(o)
+	for _, o := range fleet.Outcomes {
+		m.answers.WithLabelValues(o.String())
 	}
 	for c := skipCause(1); int(c) < len(skipNames); c++ {
 		m.peeks.WithLabelValues(c.String())
@@ -175,7 +176,7 @@ func (m *metricSet) syncApplied(k edgesync.Kind, lag time.Duration) {
 	m.syncLag.Observe(max(lag, 0).Seconds())
 }
 
-func (m *metricSet) answered(u usage, o predictionOutcome) {
+func (m *metricSet) answered(u usage, o fleet.Outcome) {
 	m.answerTokens.WithLabelValues("prompt").Add(float64(u.prompt))
 	m.answerTokens.WithLabelValues("cached").Add(float64(u.cached))
 	m.answers.WithLabelValues(o.String()).Inc()
@@ -288,7 +289,7 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 				inFlight[u.Dial] = u.NumRequests()
 				if k := (stateDial{s.state, u.Dial}); !counted[k] {
 					counted[k] = true
-					inFlightBytes[u.Dial] += s.state.inflight.load(tab.ids[i])
+					inFlightBytes[u.Dial] += s.state.fleet.Read(tab.ids[i], u.Dial, 0, &fleet.Options{}).Bytes
 				}
 			}
 		}

@@ -1,11 +1,18 @@
 // Package caddymodule is the Caddy adapter of the prefix_cache load-balancing
-// policy: the module and its configuration, the request-body peek, the
-// placeholders it sets, and the state it keeps across config reloads.
+// policy: the module and its configuration (JSON and Caddyfile), the
+// request-body peek and its memory budget, the placeholders it sets, its
+// metrics and admin API, the state it keeps across config reloads, and
+// the I/O of the signals it routes by: the scrapes of the engines'
+// metrics, the answers' usage, and the sync transport between edges.
 //
 // The algorithm lives elsewhere: dialect turns a request body into
 // routing text, prefixindex hashes that text into chained chunk hashes and
-// remembers which upstream holds which prefix, and selection makes the
-// choice. This package only moves bytes between Caddy and those packages.
+// remembers which upstream holds which prefix, fleet keeps what this edge
+// knows of each upstream's load (in flight, queued prefill and its speed,
+// the other edges' reports, the engines' metrics and answers), and
+// selection makes the choice. This package moves bytes and signals
+// between Caddy and those packages; what it keeps across reloads is an
+// index and its fleet, per index shape.
 package caddymodule
 
 import (
@@ -26,6 +33,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 	"github.com/prefixcache/caddy-prefixcache/selection"
 )
@@ -83,6 +91,13 @@ const (
 	// and twice the rate measured the same within that spread.
 	DefaultPrefillRate = 64 << 10
 
+	// ChoiceRules and ChoiceCost are the values of choice: today's
+	// rules, or one predicted cost for every request. The rules stay the
+	// default until a paired run on the tuning set measures the cost
+	// against them (docs/tuning.md).
+	ChoiceRules = "rules"
+	ChoiceCost  = "cost"
+
 	// DefaultTenantShare is the default tenant_share: a quarter of the
 	// index (4 of its 16 shards) per tenant. The default index holds
 	// ~1M prefixes, far more than a fleet's KV caches (8 engines of 64k
@@ -102,7 +117,10 @@ const (
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
 // message), so that independent Caddy instances agree, unless that winner
-// is busier than the mean (cold_load_factor).
+// is busier than the mean (cold_load_factor). With choice cost, every
+// request goes instead to the upstream under the bound with the least
+// predicted time to first token, weighed against the cached prefix it
+// gives up (cache_weight).
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -174,6 +192,24 @@ type PrefixCacheSelection struct {
 	// throughput (tokens per second x ~4). Default: `65536` (64 KiB/s,
 	// about 16k tokens/s).
 	PrefillRate *int64 `json:"prefill_rate,omitempty"`
+
+	// How the upstream is chosen: `rules` (the deepest holder under the
+	// bound, cold requests by rendezvous hashing, cold_load_factor and
+	// the prefill backlog), or `cost`: every request to the upstream
+	// under the bound with the least predicted time to first token (its
+	// queued prefill plus the request's own uncached prefill, at
+	// prefill_rate or the engine's measured speed) plus cache_weight
+	// times the prefill a move off the deepest holder throws away. A cold
+	// request leaves its rendezvous-hash winner only when that saves more
+	// than its own prefill. `cost` needs prefill_rate. Default: `rules`.
+	Choice string `json:"choice,omitempty"`
+
+	// With choice cost, how much the prefix a request gives up by moving
+	// weighs against the time to first token it saves, as a multiple of
+	// that prefix's prefill time: 0 moves a request as soon as its
+	// predicted time to first token is less elsewhere, larger values keep
+	// conversations on their holders. Finite and at least 0. Default: `1`.
+	CacheWeight *float64 `json:"cache_weight,omitempty"`
 
 	// Shortest matched prefix, in bytes of routing text, worth routing on;
 	// a shorter match is treated as no match. Default: `1024`.
@@ -264,28 +300,28 @@ type PrefixCacheSelection struct {
 	// counts for five of these. Default: `100ms`.
 	SyncLoadInterval caddy.Duration `json:"sync_load_interval,omitempty"`
 
-	fallback      reverseproxy.Selector
-	fallbackName  string
-	chunker       prefixindex.Chunker
-	keys          hashKeys // derived from hash_key; zero without it
-	policy        selection.Policy
-	nsPerByte     float64 // 1s / prefill_rate; 0 when prefill_rate is off
-	state         *sharedState
-	sync          *syncState // nil without sync
-	scraper       *scraper   // nil without engine_metrics
-	engineQueue   bool       // engine_metrics' queue: engines' queues join the bound
-	enginePrefill bool       // engine_metrics' prefill: engines' measured prefill speeds
-	engineStale   time.Duration
-	reuse         handlerReuse          // when a retry may ask for a sent body again
-	failures      dialFailures          // upstreams that requests could not reach lately (dialfail.go)
-	staticDials   []string              // the handler's static upstreams, for the janitor
-	id            uint64                // the admin API's instance number
-	handler       *reverseproxy.Handler // the reverse_proxy above the policy, or nil
-	server        *caddyhttp.Server     // the HTTP server it serves, or nil
-	root          context.Context       // the config's context, to know when it runs
-	lastPool      atomic.Pointer[reverseproxy.UpstreamPool]
-	upstreams     upstreamCache
-	logger        *zap.Logger
+	fallback     reverseproxy.Selector
+	fallbackName string
+	chunker      prefixindex.Chunker
+	keys         hashKeys // derived from hash_key; zero without it
+	policy       selection.Policy
+	state        *sharedState
+	sync         *syncState // nil without sync
+	scraper      *scraper   // nil without engine_metrics
+	// fleetOptions is how this instance reads the state's fleet:
+	// prefill_rate (NsPerByte, 0 when off), sync_load (Tier), and
+	// engine_metrics' queue, prefill and staleness.
+	fleetOptions fleet.Options
+	reuse        handlerReuse          // when a retry may ask for a sent body again
+	failures     dialFailures          // upstreams that requests could not reach lately (dialfail.go)
+	staticDials  []string              // the handler's static upstreams, for the janitor
+	id           uint64                // the admin API's instance number
+	handler      *reverseproxy.Handler // the reverse_proxy above the policy, or nil
+	server       *caddyhttp.Server     // the HTTP server it serves, or nil
+	root         context.Context       // the config's context, to know when it runs
+	lastPool     atomic.Pointer[reverseproxy.UpstreamPool]
+	upstreams    upstreamCache
+	logger       *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -333,6 +369,13 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 	if s.PrefillRate == nil {
 		rate := int64(DefaultPrefillRate)
 		s.PrefillRate = &rate
+	}
+	if s.Choice == "" {
+		s.Choice = ChoiceRules
+	}
+	if s.CacheWeight == nil {
+		w := selection.DefaultCacheWeight
+		s.CacheWeight = &w
 	}
 	if s.MinMatch == 0 {
 		s.MinMatch = DefaultMinMatch
@@ -396,16 +439,22 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		MinDepth:       max(1, (s.MinMatch+s.ChunkSize-1)/s.ChunkSize),
 		ByteAllowance:  *s.LoadAllowanceBytes,
 		ColdLoadFactor: *s.ColdLoadFactor,
+		Cost:           s.Choice == ChoiceCost,
+		ChunkSize:      s.ChunkSize,
+		CacheWeight:    *s.CacheWeight,
 	}
+	s.fleetOptions = fleet.Options{Tier: *s.SyncLoad}
 	if rate := *s.PrefillRate; rate > 0 {
 		s.policy.ColdBacklog = true
-		s.nsPerByte = 1e9 / float64(rate)
+		s.fleetOptions.NsPerByte = 1e9 / float64(rate)
+		s.policy.NsPerByte = s.fleetOptions.NsPerByte
 	}
 	if m := s.EngineMetrics; m != nil {
 		s.scraper = newScraper(ctx, m, s.logger)
-		s.engineQueue = *m.Queue
-		s.enginePrefill = m.Prefill && s.nsPerByte > 0
-		s.engineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
+		s.fleetOptions.EngineQueue = *m.Queue
+		s.fleetOptions.EnginePrefill = m.Prefill && s.fleetOptions.NsPerByte > 0
+		s.fleetOptions.EngineStale = staleScrapes*time.Duration(m.Interval) + time.Duration(m.Timeout)
+		s.fleetOptions.BytesPerToken = m.BytesPerToken
 	}
 	h := handlerOf(ctx)
 	if h != nil && len(h.Upstreams) == 0 && h.DynamicUpstreams == nil && h.DynamicUpstreamsRaw == nil {
@@ -484,6 +533,8 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Int64("load_allowance_bytes", *s.LoadAllowanceBytes),
 		zap.Float64("cold_load_factor", *s.ColdLoadFactor),
 		zap.Int64("prefill_rate", *s.PrefillRate),
+		zap.String("choice", s.Choice),
+		zap.Float64("cache_weight", *s.CacheWeight),
 		zap.Int("min_match", s.MinMatch),
 		zap.Float64("min_match_ratio", *s.MinMatchRatio),
 		zap.Bool("tenant", s.Tenant != ""),
@@ -492,8 +543,8 @@ func (s *PrefixCacheSelection) logProvisioned(kept bool) {
 		zap.Bool("allow_empty_tenant", s.AllowEmptyTenant),
 		zap.Duration("forget_after", time.Duration(s.ForgetAfter)),
 		zap.Bool("engine_metrics", s.EngineMetrics != nil),
-		zap.Bool("engine_queue", s.engineQueue),
-		zap.Bool("engine_prefill", s.enginePrefill),
+		zap.Bool("engine_queue", s.fleetOptions.EngineQueue),
+		zap.Bool("engine_prefill", s.fleetOptions.EnginePrefill),
 		zap.Bool("engine_capacity", s.EngineMetrics != nil && s.EngineMetrics.Capacity),
 		zap.Bool("sync_load", s.sync != nil && *s.SyncLoad), // SyncRaw is nil once loaded
 		zap.Duration("sync_load_interval", time.Duration(s.SyncLoadInterval)),
@@ -529,6 +580,10 @@ func (s *PrefixCacheSelection) Validate() error {
 		return fmt.Errorf("allow_empty_tenant needs tenant")
 	case s.SyncLoadInterval != 0 && (time.Duration(s.SyncLoadInterval) < minLoadInterval || time.Duration(s.SyncLoadInterval) > maxLoadInterval):
 		return fmt.Errorf("sync_load_interval must be from %v to %v, got %v", minLoadInterval, maxLoadInterval, time.Duration(s.SyncLoadInterval))
+	case s.Choice != "" && s.Choice != ChoiceRules && s.Choice != ChoiceCost:
+		return fmt.Errorf("choice must be %s or %s, got %q", ChoiceRules, ChoiceCost, s.Choice)
+	case s.Choice == ChoiceCost && s.PrefillRate != nil && *s.PrefillRate == 0:
+		return fmt.Errorf("choice %s predicts prefill at prefill_rate, which is off", ChoiceCost)
 	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:
 		return fmt.Errorf("sync_hashes must be %s or %s, got %q", SyncHashesAll, SyncHashesNew, s.SyncHashes)
 	}
@@ -549,11 +604,15 @@ func (s *PrefixCacheSelection) Validate() error {
 			return fmt.Errorf("engine_metrics: prefill measures what prefill_rate estimates; it needs prefill_rate, which is off")
 		}
 	}
-	// The remaining rules, load_factor and cold_load_factor, are the
-	// choice's own; their messages name the same fields.
+	// The remaining rules, load_factor, cold_load_factor and
+	// cache_weight, are the choice's own; their messages name the same
+	// fields.
 	p := selection.Policy{LoadFactor: s.LoadFactor, MinDepth: 1}
 	if s.ColdLoadFactor != nil {
 		p.ColdLoadFactor = *s.ColdLoadFactor
+	}
+	if s.CacheWeight != nil {
+		p.CacheWeight = *s.CacheWeight
 	}
 	return p.Validate()
 }
@@ -627,16 +686,15 @@ func (s *PrefixCacheSelection) Select(pool reverseproxy.UpstreamPool, r *http.Re
 	}
 	uncached := int64(v.textLen - d.matched)
 	from := s.syncFrom(d.depth)
-	v.charge.move(&s.state.inflight, &s.state.uncached, d.id, d.chosen, from, int64(v.textLen), uncached)
+	var now int64
+	if s.fleetOptions.NsPerByte > 0 {
+		now = time.Now().UnixNano()
+	}
+	v.charge.place(s, d.id, d.chosen, from, now, int64(v.textLen), uncached)
 	v.age, v.aged = d.age, d.aged
 	s.publish(edgesync.Placed, v, d.chosen, from)
-	s.state.queued[d.id].Add(uint64(max(uncached, 0)))
 	if uncached > 0 && s.sharesLoad() {
 		s.state.askReport()
-	}
-	if s.nsPerByte > 0 {
-		now := time.Now().UnixNano()
-		s.state.prefill.add(d.id, now, uncached, s.prefillNs(d.id, d.chosen, now))
 	}
 	metrics.selected(d)
 	setPlaceholders(r, d)
@@ -671,7 +729,7 @@ func (s *PrefixCacheSelection) fallBack(pool reverseproxy.UpstreamPool, r *http.
 // response; Select clears it when it chooses, so it is the chosen
 // attempt's or none.
 func (v *view) settle(repl *caddy.Replacer) {
-	id, dial, from := v.charge.release()
+	id, dial, from := v.charge.settle()
 	if id == 0 {
 		return
 	}
@@ -749,32 +807,18 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	sc.depths = grow(sc.depths, len(sc.ids))
 	s.state.index.Depths(v.scope, v.hashes, sc.ids, sc.depths)
 	var nowNS int64
-	if s.nsPerByte > 0 || s.engineQueue {
+	if s.fleetOptions.NsPerByte > 0 || s.fleetOptions.EngineQueue {
 		nowNS = time.Now().UnixNano()
 	}
-	var engines *engineTable
-	if s.engineQueue {
-		engines = s.state.engines.Load() // nil until the first scrape
-	}
 	for j, u := range sc.ups {
-		id := sc.ids[j]
-		var remoteReq int
-		var remoteBytes int64
-		if *s.SyncLoad {
-			remoteReq, remoteBytes = s.state.tier.load(id) // 0 without sync
-		}
-		if engines != nil {
-			// The engine's queue counts the other edges too: the
-			// larger of the two views of them, never their sum.
-			if others, ok := engines.others(id, u.Dial, nowNS, s.engineStale); ok {
-				remoteReq = max(remoteReq, others)
-			}
-		}
+		st := s.state.fleet.Read(sc.ids[j], u.Dial, nowNS, &s.fleetOptions)
 		sc.cands[j].Depth = sc.depths[j]
-		sc.cands[j].Load = u.NumRequests() + remoteReq
-		sc.cands[j].Bytes = s.state.inflight.load(id) + remoteBytes
-		if s.nsPerByte > 0 {
-			sc.cands[j].Backlog = s.backlog(id, u.Dial, nowNS, remoteBytes)
+		sc.cands[j].Load = u.NumRequests() + st.RemoteRequests
+		sc.cands[j].Bytes = st.Bytes + st.RemoteBytes
+		sc.cands[j].Backlog = st.Queued
+		if s.policy.Cost {
+			// The queue's speed: the engine's measured one while fresh.
+			sc.cands[j].NsPerByte = st.NsPerByte
 		}
 	}
 
@@ -820,29 +864,6 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		age:         age,
 		aged:        aged,
 	}, true
-}
-
-// backlog is the prefill queued at id, the upstream at dial, at time
-// now, as cold placement reads it: the fluid estimate, capped by the
-// uncached bytes in flight, this edge's and, with sync, the other edges'
-// remote bytes in flight (all they route, for they do not report what of
-// it is uncached).
-func (s *PrefixCacheSelection) backlog(id prefixindex.ID, dial string, now, remote int64) int64 {
-	return min(s.state.prefill.load(id, now, s.prefillNs(id, dial, now)), s.state.uncached.load(id)+remote)
-}
-
-// prefillNs is the nanoseconds per byte of routing text id, the upstream
-// at dial, prefills at: its engine's measured speed with engine_metrics'
-// prefill while its scrapes are fresh, else prefill_rate's.
-func (s *PrefixCacheSelection) prefillNs(id prefixindex.ID, dial string, now int64) float64 {
-	if s.enginePrefill {
-		if t := s.state.engines.Load(); t != nil {
-			if ns, ok := t.prefillNsPerByte(id, dial, now, s.engineStale, s.EngineMetrics.BytesPerToken); ok {
-				return ns
-			}
-		}
-	}
-	return s.nsPerByte
 }
 
 // handlerOf returns the nearest reverse_proxy handler among the modules

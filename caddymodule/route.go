@@ -197,7 +197,7 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 	if p.finished {
 		// The request ended during the read: this view charges
 		// nothing, and no finish will give its hashes back.
-		v.charge.done = true
+		v.charge.close()
 		releaseHashes(v.hashBytes)
 	}
 	p.views = append(p.views, v)

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
@@ -48,29 +49,14 @@ var evictionsRetired atomic.Uint64
 type sharedState struct {
 	key   string
 	index *prefixindex.Index
-	// inflight is the byte bound's load, per upstream of index;
-	// uncached the part of it the upstreams were not believed to hold,
-	// and prefill their estimated prefill queues.
-	inflight inflightBytes
-	uncached inflightBytes
-	prefill  prefillQueues
-	// queued counts the uncached text sent to each upstream, for the
-	// load reports.
-	queued queuedCounters
-	// tier is the other edges' load, with sync.
-	tier tierLoad
+	// fleet is what this edge knows of the index's upstreams: its
+	// bytes and prefill in flight, the other edges' reports (with sync),
+	// the engines' scrapes (with engine_metrics) and what their answers
+	// said of their caches (with prefix_cache_usage).
+	fleet fleet.Fleet
 	// reportNow asks the instance that reports the state's load for a
 	// report at once (askReport).
 	reportNow chan struct{}
-	// engines is the latest scrape of each upstream's engine, with
-	// engine_metrics; nil until an instance scrapes.
-	engines atomic.Pointer[engineTable]
-	// answers is what the engines answered about their caches, with
-	// prefix_cache_usage.
-	answers answerTable
-	// capacities is each engine's capacity, as published and as its
-	// answers show it, with engine_metrics' capacity on.
-	capacities capacityLearner
 	// seen is, per upstream ID, the janitor's clock when the upstream was
 	// last in a pool an instance routed from or holds; clock is that
 	// clock, in ticks since start.
@@ -206,8 +192,7 @@ func (st *sharedState) sweep() (shortest caddy.Duration, ok bool) {
 		}
 		owned := st.index.Owned()[name]
 		st.index.Forget(name)
-		st.answers.forget(id)
-		st.capacities.forget(id)
+		st.fleet.Forget(id)
 		st.seen[id].Store(0)
 		for _, s := range users {
 			s.upstreams.invalidate()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
@@ -48,15 +49,10 @@ type syncState struct {
 	auth      *syncAuth // with hash_key: tags what is published, verifies what arrives
 
 	// recv and its buffers are used on the transport's goroutine only.
-	recv       edgesync.Message
-	hashes     []prefixindex.Hash
-	recvLoad   edgesync.LoadReport
-	loadIDs    []prefixindex.ID
-	loadDials  []string
-	loadReq    []int64
-	loadBytes  []int64
-	loadQueued []uint64
-	loadGrown  []int64
+	recv     edgesync.Message
+	hashes   []prefixindex.Hash
+	recvLoad edgesync.LoadReport
+	loads    []fleet.Load
 
 	stopLoad chan struct{} // ends reportLoad
 	stopOnce sync.Once

@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
@@ -198,11 +199,11 @@ func TestSiblingInstancesMapMessagesAlike(t *testing.T) {
 		want int
 	}{{"10.7.1.1:8000", a, 3}, {"10.7.2.1:8000", b, 5}} {
 		id, _ := st.index.ID(tt.dial)
-		if got, _ := st.tier.load(id); got != tt.want {
+		if got, _ := st.fleet.Reported(id); got != tt.want {
 			t.Errorf("remote requests at %s (pool of instance %d) = %d, want %d", tt.dial, tt.of.id, got, tt.want)
 		}
 	}
-	if n := st.tier.edges(); n != 1 {
+	if n := st.fleet.Edges(); n != 1 {
 		t.Errorf("tier.edges() = %d, want 1", n)
 	}
 
@@ -254,7 +255,7 @@ func TestLoadReportsOfTwoStates(t *testing.T) {
 		t.Errorf("reports %+v and %+v, want each state's own upstream", ra.Upstreams, rb.Upstreams)
 	}
 	for _, x := range []*PrefixCacheSelection{a, b} {
-		if n, applied := x.state.tier.edges(), x.sync.applied[edgesync.LoadKind].Load(); n != 0 || applied != 0 {
+		if n, applied := x.state.fleet.Edges(), x.sync.applied[edgesync.LoadKind].Load(); n != 0 || applied != 0 {
 			t.Errorf("instance %d counted this process's own reports: %d edges, %d applied; want none", x.id, n, applied)
 		}
 	}
@@ -281,7 +282,7 @@ func TestSharedUpstreamRequestsReportedOnce(t *testing.T) {
 }
 
 // Load reports from hostile or too many publishers are bounded: at most
-// maxLoadOrigins edges count at once (one more is rejected as
+// fleet.MaxOrigins edges count at once (one more is rejected as
 // too_many_origins), a report naming none of the pool's upstreams keeps no
 // entry and takes back what its origin had reported, and the largest
 // values that fit the wire, from every counted edge at once, add up
@@ -292,43 +293,43 @@ func TestHostileLoadReports(t *testing.T) {
 	st := s.state
 	id, _ := st.index.ID("10.7.7.1:8000")
 	huge := edgesync.UpstreamLoad{Upstream: "10.7.7.1:8000", Requests: 1<<32 - 1, Bytes: 1<<64 - 1}
-	for o := range uint64(maxLoadOrigins + 10) {
+	for o := range uint64(fleet.MaxOrigins + 10) {
 		busNamed(bus).deliver(loadReport(1000+o, huge))
 	}
 	// Each counted edge then claims to have sent the upstream all a
 	// counter holds: the prefill queue stays within its hour.
 	huge.Queued = 1<<64 - 1
-	for o := range uint64(maxLoadOrigins + 10) {
+	for o := range uint64(fleet.MaxOrigins + 10) {
 		busNamed(bus).deliver(loadReport(1000+o, huge))
 	}
-	if left := st.prefill[id].Load() - time.Now().UnixNano(); left <= 0 || left > maxQueueNs {
-		t.Errorf("prefill queue drains in %v after hostile reports, want within (0, %v]", time.Duration(left), time.Duration(maxQueueNs))
+	if left := st.fleet.Read(id, "10.7.7.1:8000", time.Now().UnixNano(), &s.fleetOptions).Wait; left <= 0 || left > int64(fleet.MaxWait) {
+		t.Errorf("prefill queue drains in %v after hostile reports, want within (0, %v]", time.Duration(left), fleet.MaxWait)
 	}
-	if n := st.tier.edges(); n != maxLoadOrigins {
-		t.Errorf("tier.edges() = %d after %d origins, want the cap %d", n, maxLoadOrigins+10, maxLoadOrigins)
+	if n := st.fleet.Edges(); n != fleet.MaxOrigins {
+		t.Errorf("tier.edges() = %d after %d origins, want the cap %d", n, fleet.MaxOrigins+10, fleet.MaxOrigins)
 	}
 	if got := s.sync.rejected[rejectOrigins].Load(); got != 20 {
 		t.Errorf("rejected as too_many_origins: %d, want 20 (10 origins past the cap, twice)", got)
 	}
-	req, bytes := st.tier.load(id)
-	if req != maxLoadOrigins*maxReportRequests || bytes != maxLoadOrigins*maxReportBytes {
+	req, bytes := st.fleet.Reported(id)
+	if req != fleet.MaxOrigins*fleet.MaxReportRequests || bytes != fleet.MaxOrigins*fleet.MaxReportBytes {
 		t.Errorf("tier.load = %d requests, %d bytes; want %d and %d (each report clamped, no overflow)",
-			req, bytes, maxLoadOrigins*maxReportRequests, int64(maxLoadOrigins)*maxReportBytes)
+			req, bytes, fleet.MaxOrigins*fleet.MaxReportRequests, int64(fleet.MaxOrigins)*fleet.MaxReportBytes)
 	}
 
 	// Strangers' reports, naming nothing of ours, keep no entry.
-	st.tier.expire(time.Now().Add(2 * loadTTL))
-	for o := range uint64(maxLoadOrigins + 10) {
+	st.fleet.Expire(time.Now().Add(2 * fleet.DefaultReportTTL))
+	for o := range uint64(fleet.MaxOrigins + 10) {
 		busNamed(bus).deliver(loadReport(5000+o, edgesync.UpstreamLoad{Upstream: "203.0.113.9:8000", Requests: 1}))
 	}
-	if n := st.tier.edges(); n != 0 {
+	if n := st.fleet.Edges(); n != 0 {
 		t.Errorf("tier.edges() = %d after reports naming no upstream of ours, want 0", n)
 	}
 	// Such a report from a counted edge takes its earlier one back.
 	busNamed(bus).deliver(loadReport(77, edgesync.UpstreamLoad{Upstream: "10.7.7.1:8000", Requests: 4}))
 	busNamed(bus).deliver(loadReport(77, edgesync.UpstreamLoad{Upstream: "203.0.113.9:8000", Requests: 4}))
-	if n, _ := st.tier.load(id); n != 0 || st.tier.edges() != 0 {
-		t.Errorf("after edge 77 stopped naming the upstream: %d remote requests, %d edges; want none", n, st.tier.edges())
+	if n, _ := st.fleet.Reported(id); n != 0 || st.fleet.Edges() != 0 {
+		t.Errorf("after edge 77 stopped naming the upstream: %d remote requests, %d edges; want none", n, st.fleet.Edges())
 	}
 }
 
@@ -453,7 +454,7 @@ func TestSyncLoadOff(t *testing.T) {
 	s.upstreams.table(s.state.index, pool)
 	id, _ := s.state.index.ID("10.7.8.1:8000")
 	busNamed(bus).deliver(loadReport(91, edgesync.UpstreamLoad{Upstream: "10.7.8.1:8000", Requests: 9, Bytes: 900}))
-	if n, _ := s.state.tier.load(id); n != 0 || s.sync.applied[edgesync.LoadKind].Load() != 0 {
+	if n, _ := s.state.fleet.Reported(id); n != 0 || s.sync.applied[edgesync.LoadKind].Load() != 0 {
 		t.Errorf("with sync_load off: %d remote requests counted, %d reports applied; want none", n, s.sync.applied[edgesync.LoadKind].Load())
 	}
 	if s.reportsForState() {
@@ -467,7 +468,7 @@ func TestSyncLoadOff(t *testing.T) {
 		t.Error("the state's instance with sync_load on does not report: a lower-numbered one with it off stands in its way")
 	}
 	busNamed(bus).deliver(loadReport(92, edgesync.UpstreamLoad{Upstream: "10.7.8.1:8000", Requests: 3, Bytes: 300}))
-	if n, _ := on.state.tier.load(id); n != 3 {
+	if n, _ := on.state.fleet.Reported(id); n != 3 {
 		t.Errorf("with sync_load on: %d remote requests, want 3", n)
 	}
 }

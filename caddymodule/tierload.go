@@ -2,13 +2,12 @@ package caddymodule
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
-	"github.com/prefixcache/caddy-prefixcache/prefixindex"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 )
 
 // With sync, the edges of a tier share their load too: each publishes what
@@ -18,14 +17,16 @@ import (
 // tier: four edges admit one allowance onto a replica, not four. A report
 // also counts the uncached text the edge has sent each upstream, and the
 // others add what it sent since its previous report to their prefill
-// queues (prefillQueues), so that a cold request goes where the tier has
+// queues, so that a cold request goes where the tier has
 // queued least prefill, not where this edge has. A request that queues
 // prefill also asks for a report at once (askReport): requests come in
 // bursts (Mooncake's trace sends ~10 at one timestamp), and a report
 // interval later the other edges have placed the rest of the burst
-// without knowing of it. A report older than loadTTL (its edge stopped,
-// or the transport is down) does not count, so an edge without fresh
-// reports bounds by its own load alone.
+// without knowing of it. A report older than five intervals (its edge
+// stopped, or the transport is down) does not count, so an edge without
+// fresh reports bounds by its own load alone. The reports' bookkeeping
+// is the fleet's (fleet.Fleet.Report); this file publishes and decodes
+// them.
 
 const (
 	// loadInterval is the default sync_load_interval, how often an edge
@@ -35,11 +36,6 @@ const (
 	// at least), rarely enough to cost nothing (a report of 8 upstreams
 	// is about 300 bytes: 3 KB/s per edge).
 	loadInterval = 100 * time.Millisecond
-	// loadTTL is how long a report counts: a few intervals, so that one
-	// lost report changes nothing and a gone edge stops counting within a
-	// second. With another sync_load_interval, it is that many of those.
-	loadTTL = 5 * loadInterval
-
 	// minLoadInterval and maxLoadInterval bound sync_load_interval: a
 	// report per upstream every 10 ms is 100 publishes a second per edge,
 	// and one every 10 s is too stale to bound anything.
@@ -52,143 +48,6 @@ const (
 	// than the placements that asked for it.
 	minReportGap = time.Millisecond
 )
-
-// Bounds on what load reports can make an edge hold and add up, whatever
-// a publisher on the channel sends.
-const (
-	// maxLoadOrigins is the most other edges whose reports count at once:
-	// far more than any tier has, few enough that the reports' storage
-	// and the sums below stay small. A report from one more edge is
-	// dropped, counted as too_many_origins, until a counted edge goes
-	// quiet for loadTTL.
-	maxLoadOrigins = 256
-	// maxReportRequests and maxReportBytes clamp one edge's reported
-	// load at one upstream: a million requests, 1 TiB of routing text
-	// (maxSize) in flight or sent since its previous report. Summed over
-	// maxLoadOrigins edges they stay far below what an int64 holds.
-	maxReportRequests = 1 << 20
-	maxReportBytes    = maxSize
-)
-
-// tierLoad is, per upstream ID of one index, the other edges' load: the
-// sum over their latest fresh reports.
-type tierLoad struct {
-	requests [prefixindex.MaxIDs + 1]atomic.Int64
-	bytes    [prefixindex.MaxIDs + 1]atomic.Int64
-	ttl      atomic.Int64 // how long a report counts; 0: loadTTL
-
-	mu       sync.Mutex
-	byOrigin map[uint64]*originLoad
-}
-
-// originLoad is what one other edge last reported, as IDs of this index.
-type originLoad struct {
-	at       time.Time
-	ids      []prefixindex.ID
-	requests []int64
-	bytes    []int64
-	// queued is each upstream's Queued as last reported, from which the
-	// next report's growth is taken; prev is the map before it, kept to
-	// be reused.
-	queued, prev map[prefixindex.ID]uint64
-}
-
-// apply replaces what origin contributed with its new report, and reports
-// false if it could not count it: maxLoadOrigins other edges count
-// already. A report that names none of the index's upstreams (ids is
-// empty) takes back what origin contributed and keeps no entry for it.
-// The new contribution is added before the old one is taken out, so that
-// a concurrent reader sees at worst both, never too little load.
-//
-// grown[i] is set to how much queued[i] grew since origin's previous
-// report named ids[i], at most maxReportBytes: 0 the first time, and
-// when it went down (the edge restarted). Applying the same report twice
-// grows nothing the second time.
-func (t *tierLoad) apply(origin uint64, at time.Time, ids []prefixindex.ID, requests, bytes []int64, queued []uint64, grown []int64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	o := t.byOrigin[origin]
-	if len(ids) == 0 {
-		if o != nil {
-			t.give(o)
-			delete(t.byOrigin, origin)
-		}
-		return true
-	}
-	if o == nil {
-		if len(t.byOrigin) >= maxLoadOrigins {
-			return false
-		}
-		if t.byOrigin == nil {
-			t.byOrigin = map[uint64]*originLoad{}
-		}
-		o = &originLoad{}
-		t.byOrigin[origin] = o
-	}
-	for i, id := range ids {
-		t.requests[id].Add(min(max(requests[i], 0), maxReportRequests))
-		t.bytes[id].Add(min(max(bytes[i], 0), maxReportBytes))
-	}
-	t.give(o)
-	o.at = at
-	o.ids = append(o.ids[:0], ids...)
-	o.requests = o.requests[:0]
-	o.bytes = o.bytes[:0]
-	for i := range ids {
-		o.requests = append(o.requests, min(max(requests[i], 0), maxReportRequests))
-		o.bytes = append(o.bytes, min(max(bytes[i], 0), maxReportBytes))
-	}
-	o.prev, o.queued = o.queued, o.prev
-	if o.queued == nil {
-		o.queued = make(map[prefixindex.ID]uint64, len(ids))
-	}
-	clear(o.queued)
-	for i, id := range ids {
-		grown[i] = 0
-		if prev, ok := o.prev[id]; ok && queued[i] > prev {
-			grown[i] = int64(min(queued[i]-prev, maxReportBytes))
-		}
-		o.queued[id] = queued[i]
-	}
-	return true
-}
-
-// expire drops the reports older than the TTL (loadTTL, or what the
-// reporting instance set) at now.
-func (t *tierLoad) expire(now time.Time) {
-	ttl := time.Duration(t.ttl.Load())
-	if ttl == 0 {
-		ttl = loadTTL
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for origin, o := range t.byOrigin {
-		if now.Sub(o.at) > ttl {
-			t.give(o)
-			delete(t.byOrigin, origin)
-		}
-	}
-}
-
-// give takes o's contribution out of the sums. t.mu must be held.
-func (t *tierLoad) give(o *originLoad) {
-	for i, id := range o.ids {
-		t.requests[id].Add(-o.requests[i])
-		t.bytes[id].Add(-o.bytes[i])
-	}
-}
-
-// load returns the other edges' requests and bytes in flight at id.
-func (t *tierLoad) load(id prefixindex.ID) (int, int64) {
-	return int(max(t.requests[id].Load(), 0)), max(t.bytes[id].Load(), 0)
-}
-
-// edges returns how many other edges reported within loadTTL.
-func (t *tierLoad) edges() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byOrigin)
-}
 
 // Each index state of a process reports its own instances' load, under
 // an origin of its own: two states (two shapes of index, each with its own
@@ -267,7 +126,7 @@ func (st *sharedState) askReport() {
 // loadInterval it also expires the other edges' stale reports.
 func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 	interval := time.Duration(s.SyncLoadInterval)
-	s.state.tier.ttl.Store(int64(5 * interval))
+	s.state.fleet.SetReportTTL(5 * interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	gap := time.NewTimer(minReportGap)
@@ -292,7 +151,7 @@ func (s *PrefixCacheSelection) reportLoad(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
-			s.state.tier.expire(now)
+			s.state.fleet.Expire(now)
 			asked = nil
 			if !s.reportsForState() {
 				continue
@@ -363,7 +222,7 @@ func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesyn
 			id, ok := s.state.index.ID(u.Dial)
 			var bytes int64
 			if ok {
-				bytes = s.state.inflight.load(id)
+				bytes = s.state.fleet.Read(id, u.Dial, 0, &fleet.Options{}).Bytes
 			}
 			var requests uint32
 			if owners[u.Dial] == s.state {
@@ -371,7 +230,7 @@ func (s *PrefixCacheSelection) localLoads(dst []edgesync.UpstreamLoad) []edgesyn
 			}
 			var queued uint64
 			if ok {
-				queued = s.state.queued[id].Load()
+				queued = s.state.fleet.Sent(id)
 			}
 			dst = append(dst, edgesync.UpstreamLoad{Upstream: u.Dial, Requests: requests, Bytes: uint64(bytes), Queued: queued})
 		}
@@ -424,36 +283,25 @@ func (s *PrefixCacheSelection) receiveLoad(msg []byte) {
 	if ownLoadOrigin(r.Origin) {
 		return
 	}
-	ss.loadIDs, ss.loadDials, ss.loadReq, ss.loadBytes, ss.loadQueued = ss.loadIDs[:0], ss.loadDials[:0], ss.loadReq[:0], ss.loadBytes[:0], ss.loadQueued[:0]
+	ss.loads = ss.loads[:0]
 	for _, u := range r.Upstreams {
 		id, ok := s.upstreamID(u.Upstream)
 		if !ok {
 			continue // not ours: nothing to bound
 		}
-		ss.loadIDs = append(ss.loadIDs, id)
-		ss.loadDials = append(ss.loadDials, u.Upstream)
-		ss.loadReq = append(ss.loadReq, int64(min(u.Requests, maxReportRequests)))
-		ss.loadBytes = append(ss.loadBytes, int64(min(u.Bytes, maxReportBytes)))
-		ss.loadQueued = append(ss.loadQueued, u.Queued)
+		ss.loads = append(ss.loads, fleet.Load{
+			ID: id, Upstream: u.Upstream,
+			Requests: int64(min(u.Requests, fleet.MaxReportRequests)),
+			Bytes:    int64(min(u.Bytes, fleet.MaxReportBytes)),
+			Sent:     u.Queued,
+		})
 	}
-	ss.loadGrown = grow(ss.loadGrown, len(ss.loadIDs))
-	now := time.Now()
-	if !s.state.tier.apply(r.Origin, now, ss.loadIDs, ss.loadReq, ss.loadBytes, ss.loadQueued, ss.loadGrown) {
+	if !s.state.fleet.Report(r.Origin, time.Now(), ss.loads, &s.fleetOptions) {
 		ss.reject(rejectOrigins)
 		return
 	}
-	if len(ss.loadIDs) == 0 {
+	if len(ss.loads) == 0 {
 		return // about other pools: nothing applied
-	}
-	if s.nsPerByte > 0 {
-		// What the other edge sent since its last report joins the
-		// upstreams' prefill queues, as this edge's requests do.
-		nowNS := now.UnixNano()
-		for i, id := range ss.loadIDs {
-			if n := ss.loadGrown[i]; n > 0 {
-				s.state.prefill.add(id, nowNS, n, s.prefillNs(id, ss.loadDials[i], nowNS))
-			}
-		}
 	}
 	ss.applied[edgesync.LoadKind].Add(1)
 	metrics.syncApplied(edgesync.LoadKind, time.Duration(time.Now().UnixNano()-r.Sent))

@@ -5,11 +5,14 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 )
 
 func init() {
@@ -55,6 +58,29 @@ func (UsageHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		}
 	}
 	return err
+}
+
+// answered gives each policy instance that routed the request what the
+// engine said it had cached, once the response is written.
+func (p *peeked) answered(u usage) {
+	p.mu.Lock()
+	views := slices.Clone(p.views)
+	p.mu.Unlock()
+	for _, v := range views {
+		id, routed, uncached := v.charge.last()
+		if id == 0 || routed <= 0 {
+			continue // not routed by this instance
+		}
+		st := v.owner.state
+		o := st.fleet.Answered(id, fleet.Answer{
+			PromptTokens: u.prompt, CachedTokens: u.cached,
+			RoutedBytes: routed, PredictedBytes: routed - uncached,
+		})
+		metrics.answered(u, o)
+		if v.aged {
+			st.fleet.LearnCapacity(st.index, id, v.age, o)
+		}
+	}
 }
 
 // usageWriter passes the response through and scans JSON and SSE bodies

@@ -98,23 +98,6 @@ func TestScannable(t *testing.T) {
 	}
 }
 
-func TestCompare(t *testing.T) {
-	for _, tc := range []struct {
-		predicted, cached float64
-		want              predictionOutcome
-	}{
-		{0.9, 0.9, predictedWell},
-		{0.9, 0.7, predictedWell},
-		{0.9, 0.1, lessCached},
-		{0, 0.8, moreCached},
-		{0, 0, predictedWell},
-	} {
-		if got := compare(tc.predicted, tc.cached); got != tc.want {
-			t.Errorf("compare(%v, %v) = %v, want %v", tc.predicted, tc.cached, got, tc.want)
-		}
-	}
-}
-
 // FuzzUsageScanner checks that however an answer is cut into writes, the
 // scanner reads it as it reads it whole.
 func FuzzUsageScanner(f *testing.F) {

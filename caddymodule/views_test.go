@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
@@ -113,14 +114,14 @@ func TestInstancesKeepTheirOwnViews(t *testing.T) {
 	}
 	var total int64
 	for id := range prefixindex.ID(8) {
-		total += a.state.inflight.load(id)
+		total += a.state.fleet.Read(id, "", 0, &fleet.Options{}).Bytes
 	}
 	if want := int64(p.views[0].textLen); total != want {
 		t.Errorf("a's index charges %d bytes in flight, want one request's %d", total, want)
 	}
 	p.finish()
 	for id := range prefixindex.ID(8) {
-		if n := a.state.inflight.load(id) + b.state.inflight.load(id); n != 0 {
+		if n := a.state.fleet.Read(id, "", 0, &fleet.Options{}).Bytes + b.state.fleet.Read(id, "", 0, &fleet.Options{}).Bytes; n != 0 {
 			t.Errorf("upstream %d holds %d bytes after the request ended", id, n)
 		}
 	}

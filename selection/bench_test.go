@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
 
 // benchCands returns n candidates with varied loads; warm ones let about a
@@ -36,6 +38,41 @@ func BenchmarkChoose(b *testing.B) {
 				}
 				benchSink = sink
 			})
+		}
+	}
+}
+
+// BenchmarkChooseCost is Choose under the rules (with the cold bound and
+// ColdBacklog, as caddymodule configures them) and under Policy.Cost, on
+// the same candidates, which carry backlogs and prefill speeds.
+func BenchmarkChooseCost(b *testing.B) {
+	rules := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth,
+		ColdLoadFactor: DefaultColdLoadFactor, ColdBacklog: true}
+	cost := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth,
+		Cost: true, ChunkSize: 256, NsPerByte: 1e9 / (64 << 10), CacheWeight: DefaultCacheWeight}
+	for _, kind := range []string{"warm", "cold"} {
+		for _, n := range []int{8, 64} {
+			cands := benchCands(n, kind == "warm")
+			for i := range cands {
+				cands[i].Backlog = int64(i%3) << 14
+				cands[i].NsPerByte = float64(1+i%2) * 1e9 / (64 << 10)
+			}
+			for _, p := range []struct {
+				name string
+				Policy
+			}{{"rules", rules}, {"cost", cost}} {
+				b.Run(fmt.Sprintf("%s/n=%d/choice=%s", kind, n, p.name), func(b *testing.B) {
+					b.ReportAllocs()
+					placement, sink := uint64(0), 0
+					clk := cputime.Start()
+					for b.Loop() {
+						placement += 0x9e3779b97f4a7c15
+						sink += p.Choose(cands, placement, 32<<10).Index
+					}
+					clk.Report(b)
+					benchSink = sink
+				})
+			}
 		}
 	}
 }

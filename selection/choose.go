@@ -21,9 +21,14 @@ type Candidate struct {
 	Bytes int64
 	// Backlog is the prefill the upstream is believed to have queued:
 	// the uncached prompt of the requests sent to it that it has not
-	// prefilled yet, in the caller's unit. Only Policy.ColdBacklog reads
-	// it.
+	// prefilled yet, in the caller's unit. Policy.ColdBacklog and
+	// Policy.Cost read it.
 	Backlog int64
+	// NsPerByte is how long the upstream takes to prefill one unit of
+	// size (nanoseconds per byte of routing text in caddymodule): its
+	// measured prefill speed. 0, a negative, NaN or infinite value
+	// means Policy.NsPerByte. Only Policy.Cost reads it.
+	NsPerByte float64
 }
 
 // Choice is the result of Choose.
@@ -36,9 +41,9 @@ type Choice struct {
 	Preferred int
 	// Reason says why Index was chosen.
 	Reason Reason
-	// Spilled is true when the bound, the cold bound or the backlog
-	// moved the choice away from Preferred, that is when Index !=
-	// Preferred.
+	// Spilled is true when the bound, the cold bound, the backlog or
+	// the cost moved the choice away from Preferred, that is when
+	// Index != Preferred.
 	Spilled bool
 	// Bound is the in-flight bound the choice was made with, as
 	// Policy.Bound returns it.
@@ -57,7 +62,8 @@ type Choice struct {
 // size (in the unit of Candidate.Bytes). It never allocates, never
 // modifies cands, and returns the same Choice for the same input whatever
 // the order of cands (up to the indexes, and save for equal keys). The
-// rules are in the package documentation.
+// rules, and the cost that replaces them with Policy.Cost, are in the
+// package documentation.
 func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 	if len(cands) == 0 {
 		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
@@ -65,6 +71,9 @@ func (p Policy) Choose(cands []Candidate, placement uint64, size int64) Choice {
 	sum := loadSum(cands)
 	bound := p.bound(sum, len(cands))
 	byteBound := p.ByteBound(cands, size)
+	if p.Cost {
+		return p.chooseCost(cands, placement, size, bound, byteBound)
+	}
 	minDepth := max(p.MinDepth, 1)
 	coldBound, coldOrBound := 0, bound
 	if p.ColdLoadFactor != 0 {

@@ -68,102 +68,102 @@ func TestChoose(t *testing.T) {
 			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
 		{"empty candidates", def, []Candidate{},
 			Choice{Index: -1, Preferred: -1, Reason: ReasonNone}},
-		{"single candidate", strict, []Candidate{{rk[5], 0, 100, 0, 0}},
+		{"single candidate", strict, []Candidate{{rk[5], 0, 100, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonCold, Bound: 127}},
 
 		// Warm requests.
 		{"deepest holder wins over HRW rank", strict,
-			[]Candidate{{rk[0], 5, 0, 0, 0}, {rk[3], 9, 0, 0, 0}, {rk[1], 0, 0, 0, 0}},
+			[]Candidate{{rk[0], 5, 0, 0, 0, 0}, {rk[3], 9, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
 		{"equally deep holders tie by HRW", strict,
-			[]Candidate{{rk[2], 8, 0, 0, 0}, {rk[1], 8, 0, 0, 0}, {rk[0], 3, 0, 0, 0}},
+			[]Candidate{{rk[2], 8, 0, 0, 0, 0}, {rk[1], 8, 0, 0, 0, 0}, {rk[0], 3, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonMatch, Bound: 1}},
 		// bound = ceil(1.25 * 10 / 4) = 4: the depth-9 holder (6) is over.
 		{"bound spills to the next-deepest holder", strict,
-			[]Candidate{{rk[0], 0, 0, 0, 0}, {rk[2], 9, 6, 0, 0}, {rk[3], 5, 0, 0, 0}, {rk[1], 7, 3, 0, 0}},
+			[]Candidate{{rk[0], 0, 0, 0, 0, 0}, {rk[2], 9, 6, 0, 0, 0}, {rk[3], 5, 0, 0, 0, 0}, {rk[1], 7, 3, 0, 0, 0}},
 			Choice{Index: 3, Preferred: 1, Reason: ReasonSpill, Spilled: true, Bound: 4}},
 		// bound = ceil(1.25 * 11 / 4) = 4: depth 9 (6) and depth 7 (4) are over.
 		{"spill passes over holders over the bound", strict,
-			[]Candidate{{rk[2], 9, 6, 0, 0}, {rk[1], 7, 4, 0, 0}, {rk[3], 5, 0, 0, 0}, {rk[0], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 9, 6, 0, 0, 0}, {rk[1], 7, 4, 0, 0, 0}, {rk[3], 5, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
 			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 4}},
 		// bound = ceil(1.25 * 6 / 4) = 2
 		{"spill among equally deep holders by HRW", strict,
-			[]Candidate{{rk[0], 8, 5, 0, 0}, {rk[2], 8, 0, 0, 0}, {rk[1], 8, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[0], 8, 5, 0, 0, 0}, {rk[2], 8, 0, 0, 0, 0}, {rk[1], 8, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 2, Preferred: 0, Reason: ReasonSpill, Spilled: true, Bound: 2}},
 		// bound = ceil(1.25 * 12 / 4) = 4: both holders (5) are over; rk0
 		// wins although rk1 has less load.
 		{"no holder under the bound spills to the HRW winner under it", strict,
-			[]Candidate{{rk[3], 10, 5, 0, 0}, {rk[4], 6, 5, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[0], 0, 1, 0, 0}},
+			[]Candidate{{rk[3], 10, 5, 0, 0, 0}, {rk[4], 6, 5, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[0], 0, 1, 0, 0, 0}},
 			Choice{Index: 3, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 4}},
 
 		// Cold requests.
 		{"cold goes to the HRW winner", strict,
-			[]Candidate{{rk[2], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		{"matches shallower than MinDepth are cold", strict,
-			[]Candidate{{rk[1], 3, 0, 0, 0}, {rk[0], 1, 0, 0, 0}, {rk[2], 3, 0, 0, 0}},
+			[]Candidate{{rk[1], 3, 0, 0, 0, 0}, {rk[0], 1, 0, 0, 0, 0}, {rk[2], 3, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		{"MinDepth 3 makes the same matches warm", Policy{LoadFactor: 1.25, MinDepth: 3},
-			[]Candidate{{rk[1], 3, 0, 0, 0}, {rk[0], 1, 0, 0, 0}, {rk[2], 3, 0, 0, 0}},
+			[]Candidate{{rk[1], 3, 0, 0, 0, 0}, {rk[0], 1, 0, 0, 0, 0}, {rk[2], 3, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
 		{"MinDepth 1 makes one chunk a match", Policy{LoadFactor: 1.25, MinDepth: 1},
-			[]Candidate{{rk[1], 1, 0, 0, 0}, {rk[0], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 1, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 1}},
 		{"MinDepth 0 counts as 1", Policy{LoadFactor: 1.25},
-			[]Candidate{{rk[1], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 		// bound = ceil(1.25 * 8 / 4) = 3: rk0 (4) and rk1 (3) are over.
 		{"cold HRW winner over the bound spills down the HRW ranking", strict,
-			[]Candidate{{rk[0], 0, 4, 0, 0}, {rk[1], 0, 3, 0, 0}, {rk[3], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[0], 0, 4, 0, 0, 0}, {rk[1], 0, 3, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 3, Preferred: 0, Reason: ReasonColdSpill, Spilled: true, Bound: 3}},
 		{"equal keys tie to the lower index", strict,
-			[]Candidate{{rk[1], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 1}},
 
 		// The cold bound: ceil(1 * (4+1) / 4) = 2, under the bound of
 		// ceil(1.25 * 5 / 4) + 2 = 4.
 		{"cold bound moves a new prompt off a busier HRW winner", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
-			[]Candidate{{rk[0], 0, 2, 0, 0}, {rk[1], 0, 2, 0, 0}, {rk[3], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[0], 0, 2, 0, 0, 0}, {rk[1], 0, 2, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 3, Preferred: 0, Reason: ReasonColdSpill, Spilled: true, Bound: 4, ColdBound: 2}},
 		{"cold bound keeps the HRW winner at the mean", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
-			[]Candidate{{rk[0], 0, 1, 0, 0}, {rk[1], 0, 3, 0, 0}, {rk[3], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[0], 0, 1, 0, 0, 0}, {rk[1], 0, 3, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonCold, Bound: 4, ColdBound: 2}},
 		{"cold bound leaves warm requests alone", Policy{LoadFactor: 1.25, Allowance: 2, MinDepth: 4, ColdLoadFactor: 1},
-			[]Candidate{{rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}, {rk[2], 9, 2, 0, 0}},
+			[]Candidate{{rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}, {rk[2], 9, 2, 0, 0, 0}},
 			Choice{Index: 3, Preferred: 3, Reason: ReasonMatch, Bound: 3}},
 		{"idle fleet: the cold bound is the HRW winner's", Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: 1},
-			[]Candidate{{rk[2], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
 			Choice{Index: 2, Preferred: 2, Reason: ReasonCold, Bound: 17, ColdBound: 1}},
 
 		// Last resort: only an invalid policy (bound 0 here) gets there.
 		{"least loaded when no candidate is under the bound", Policy{MinDepth: 4},
-			[]Candidate{{rk[0], 9, 3, 0, 0}, {rk[1], 0, 1, 0, 0}, {rk[2], 0, 2, 0, 0}},
+			[]Candidate{{rk[0], 9, 3, 0, 0, 0}, {rk[1], 0, 1, 0, 0, 0}, {rk[2], 0, 2, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonLeastLoaded, Spilled: true}},
 		{"least loaded ties by HRW and may be the preferred", Policy{MinDepth: 4},
-			[]Candidate{{rk[2], 0, 1, 0, 0}, {rk[0], 0, 1, 0, 0}, {rk[1], 0, 1, 0, 0}},
+			[]Candidate{{rk[2], 0, 1, 0, 0, 0}, {rk[0], 0, 1, 0, 0, 0}, {rk[1], 0, 1, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonLeastLoaded}},
 
 		// The bound's edges and the allowance. bound = ceil(4/4) + 2 = 3.
 		{"Load+1 equal to the bound is under", Policy{LoadFactor: 1, Allowance: 2, MinDepth: 4},
-			[]Candidate{{rk[1], 9, 2, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}, {rk[3], 0, 1, 0, 0}},
+			[]Candidate{{rk[1], 9, 2, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}, {rk[3], 0, 1, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 3}},
 		{"Load equal to the bound is over", Policy{LoadFactor: 1, Allowance: 2, MinDepth: 4},
-			[]Candidate{{rk[1], 9, 3, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 9, 3, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 3}},
 		// bound = ceil(1.25 * 3 / 4) + 8 = 9
 		{"allowance keeps affinity at low load", Policy{LoadFactor: 1.25, Allowance: 8, MinDepth: 4},
-			[]Candidate{{rk[2], 12, 2, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 12, 2, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 9}},
 		{"without allowance the same load spills", strict,
-			[]Candidate{{rk[2], 12, 2, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 12, 2, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 1}},
 		// bound = ceil(1.25 * 24 / 4) + 16 = 24
 		{"defaults keep a holder at 23 in flight beside idle peers", def,
-			[]Candidate{{rk[2], 12, 23, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 12, 23, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 24}},
 		// bound = ceil(1.25 * 25 / 4) + 16 = 24
 		{"defaults spill a holder at 24 in flight beside idle peers", def,
-			[]Candidate{{rk[2], 12, 24, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 12, 24, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[1], 0, 0, 0, 0, 0}, {rk[3], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 24}},
 	}
 	for _, tt := range tests {
@@ -178,7 +178,7 @@ func TestChoose(t *testing.T) {
 
 func TestChooseDoesNotModify(t *testing.T) {
 	p := Policy{LoadFactor: DefaultLoadFactor, MinDepth: DefaultMinDepth}
-	cands := []Candidate{{rk[0], 9, 6, 0, 0}, {rk[1], 5, 0, 0, 0}, {rk[2], 0, 1, 0, 0}}
+	cands := []Candidate{{rk[0], 9, 6, 0, 0, 0}, {rk[1], 5, 0, 0, 0, 0}, {rk[2], 0, 1, 0, 0, 0}}
 	orig := slices.Clone(cands)
 	p.Choose(cands, tp, 0)
 	if !slices.Equal(cands, orig) {
@@ -190,6 +190,7 @@ func TestChooseAllocs(t *testing.T) {
 	p := Policy{LoadFactor: DefaultLoadFactor, Allowance: DefaultAllowance, MinDepth: DefaultMinDepth}
 	withBacklog := p
 	withBacklog.ColdBacklog = true
+	cost := costPolicy
 	for _, n := range []int{0, 1, 16, 256} {
 		for _, warm := range []bool{false, true} {
 			cands := benchCands(n, warm)
@@ -198,6 +199,7 @@ func TestChooseAllocs(t *testing.T) {
 				placement++
 				p.Choose(cands, placement, 0)
 				withBacklog.Choose(cands, placement, 4096)
+				cost.Choose(cands, placement, 4096)
 			})
 			if allocs != 0 {
 				t.Errorf("Choose(%d candidates, warm=%v) allocates %v times, want 0", n, warm, allocs)
@@ -494,6 +496,18 @@ func FuzzChoose(f *testing.F) {
 				Bytes: int64(data[3]) * 64, Backlog: int64(data[4]) * 256})
 		}
 		checkChoice(t, p, cands, placement, size, p.Choose(cands, placement, size))
+
+		// The same candidates under the cost, with speeds taken from the
+		// key bytes' high bits and figures small enough to stay exact in
+		// float64 (so the reference ties as Choose does).
+		for i := range cands {
+			cands[i].NsPerByte = float64(cands[i].Key>>62) / 2
+		}
+		p.Cost, p.ChunkSize = true, 1+max(minDepth, 0)%512
+		p.NsPerByte = float64(placement % 4)
+		p.CacheWeight = []float64{0, 0.5, 1, 2, 8}[placement>>2%5]
+		size %= 1 << 24
+		checkCost(t, p, cands, placement, size, p.Choose(cands, placement, size))
 	})
 }
 
@@ -508,23 +522,23 @@ func TestColdBacklog(t *testing.T) {
 		want  Choice
 	}{
 		{"no backlog: the HRW winner", p,
-			[]Candidate{{rk[1], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 17, ColdBound: 1}},
 		{"the HRW winner when it has no backlog", p,
-			[]Candidate{{rk[1], 0, 0, 0, 3000}, {rk[0], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 0, 0, 0, 3000, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 17, ColdBound: 1}},
 		{"the least backlog, then the higher rank", p,
-			[]Candidate{{rk[2], 0, 0, 0, 0}, {rk[0], 0, 0, 0, 3000}, {rk[1], 0, 0, 0, 0}},
+			[]Candidate{{rk[2], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 3000, 0}, {rk[1], 0, 0, 0, 0, 0}},
 			Choice{Index: 2, Preferred: 1, Reason: ReasonPrefill, Spilled: true, Bound: 17, ColdBound: 1}},
 		{"the least backlog even if all have some", p,
-			[]Candidate{{rk[2], 0, 0, 0, 500}, {rk[0], 0, 0, 0, 3000}, {rk[1], 0, 0, 0, 900}},
+			[]Candidate{{rk[2], 0, 0, 0, 500, 0}, {rk[0], 0, 0, 0, 3000, 0}, {rk[1], 0, 0, 0, 900, 0}},
 			Choice{Index: 0, Preferred: 1, Reason: ReasonPrefill, Spilled: true, Bound: 17, ColdBound: 1}},
 		// cold bound ceil(1 x 3 / 3) = 1: rk[2], carrying 2, is over it.
 		{"never over the cold bound", p,
-			[]Candidate{{rk[2], 0, 2, 0, 0}, {rk[0], 0, 0, 0, 3000}, {rk[1], 0, 0, 0, 900}},
+			[]Candidate{{rk[2], 0, 2, 0, 0, 0}, {rk[0], 0, 0, 0, 3000, 0}, {rk[1], 0, 0, 0, 900, 0}},
 			Choice{Index: 2, Preferred: 1, Reason: ReasonPrefill, Spilled: true, Bound: 18, ColdBound: 1}},
 		{"a warm request stays on its holder", p,
-			[]Candidate{{rk[1], 8, 0, 0, 9000}, {rk[0], 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0}},
+			[]Candidate{{rk[1], 8, 0, 0, 9000, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 17}},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,8 @@
 // Package selection chooses one upstream for a request, given each
 // candidate's match depth (how many leading chunks of the request's routing
-// text it is believed to hold in its KV cache), its in-flight load, and a
-// placement key taken from the request alone.
+// text it is believed to hold in its KV cache), its in-flight load, its
+// queued prefill and prefill speed, and a placement key taken from the
+// request alone.
 //
 // It is step 5 ("Choose") of the data flow in DESIGN.md. It imports neither
 // Caddy nor net/http: the caller filters the pool to the available upstreams,
@@ -85,7 +86,8 @@
 //
 // # The choice
 //
-// A candidate with Depth >= MinDepth is a holder. In order:
+// A candidate with Depth >= MinDepth is a holder. Policy.Cost chooses by
+// one cost (next section); without it, by these rules, in order:
 //
 //  1. the deepest holder under the bound ([ReasonMatch] when it is the
 //     deepest holder overall, [ReasonSpill] when the bound moved the
@@ -106,8 +108,67 @@
 //
 // Choice.Preferred is what the policy would pick with no bound: the deepest
 // holder, or for a cold request the rendezvous-hash winner. Choice.Spilled
-// reports that the bound, the cold bound or the backlog moved the choice
-// away from it.
+// reports that the bound, the cold bound, the backlog or the cost moved the
+// choice away from it.
+//
+// # The cost
+//
+// With Policy.Cost, warm and cold requests go through one cost: the
+// predicted time to first token at each candidate, weighed against the
+// prefill a move throws away. For a request of the given size, at each
+// candidate under the bound and the byte bound:
+//
+//	matched = min(Depth * ChunkSize, size)  (0 when Depth < MinDepth)
+//	ns      = Candidate.NsPerByte, or Policy.NsPerByte when unset
+//	wait    = Backlog * ns                  prefill queued ahead of it
+//	own     = (size - matched) * ns         its own uncached prefill
+//	ttft    = wait + own
+//	lost    = (matched_best - matched) * Policy.NsPerByte
+//	cost    = ttft + CacheWeight * lost
+//
+// where matched_best is the deepest holder's. lost is what moving off
+// the deepest holder costs the fleet: a prefix recomputed here and held
+// twice, measured at the reference speed so that it does not depend on
+// which engine recomputes it. A match shallower than MinDepth counts for
+// nothing, as in the rules: following chat-template boilerplate would
+// herd unrelated conversations onto whichever replica saw it first.
+//
+// A warm request (some holder) goes to the least cost, the deeper and
+// then the higher-ranked by rendezvous hashing on a tie: [ReasonMatch]
+// when that is the deepest holder, [ReasonSpill] another holder,
+// [ReasonSpillCold] a candidate with no useful prefix. Staying home
+// costs only the unmatched part, so against an idle candidate a holder
+// with queue q and match m keeps the request while
+//
+//	q * ns <= (1 + CacheWeight) * m * ns
+//
+// (one speed throughout): CacheWeight 0 moves it as soon as the queue
+// outweighs the prefill the match saves (NVIDIA Dynamo's and Mooncake's
+// cost), and large weights keep it home as the rules do. With nothing
+// queued anywhere the holder's cost is the least, so a conversation stays
+// home.
+//
+// A cold request (no holder) goes to the rendezvous-hash winner under
+// the bound ([ReasonCold], or [ReasonColdSpill] when the bound excludes
+// the overall winner) unless its cost exceeds the least by more than the
+// request's own prefill, size * Policy.NsPerByte: then to the least cost
+// ([ReasonPrefill]). Its predicted time to first token there is at least
+// its own prefill, so a cold request waits at most about twice the best
+// it could (one speed throughout). Edges whose private views of the
+// queues differ a little place it alike, unless the difference one of
+// them sees lies close to that margin. A rule that moved it on any
+// difference would let every edge place a conversation by its own load,
+// and its turns would alternate between replicas.
+//
+// On an idle fleet (no backlog, one speed) every candidate's ttft is its
+// unmatched part, so the cost chooses exactly as the rules do with the
+// cold bound off: the deepest holder under the bound, else the
+// rendezvous-hash winner. With no speed at all (Policy.NsPerByte 0 and
+// no candidate speeds) every cost is equal and the same holds whatever
+// the queues. The bound and the byte bound stay hard caps; the cold
+// bound and ColdBacklog are rules the cost replaces, and are not read.
+// The cost is computed in the same single pass as the rules, without
+// allocating.
 //
 // # Rendezvous hashing
 //

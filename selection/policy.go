@@ -50,6 +50,19 @@ const DefaultAllowance = 16
 // Scale it with the chunk size to keep about 1 KiB.
 const DefaultMinDepth = 4
 
+// DefaultCacheWeight is the default Policy.CacheWeight: moving a request
+// off its deepest holder must save at least as much predicted time to
+// first token as the prefill the fleet recomputes for it. Staying home
+// already costs the request only its unmatched part, so with weight 1 a
+// warm request leaves a holder whose queue is q longer than elsewhere
+// only when q exceeds twice the prefix it would give up: it pays the
+// prefix once in its own time to first token and once more as
+// duplicated work (the KV cache the copy takes, the prefill the engine
+// does instead of another request's). 0 is pure predicted time to first
+// token; larger values keep affinity as the rules do. The race on the
+// tuning set chooses the final value (docs/tuning.md).
+const DefaultCacheWeight = 1.0
+
 // maxBoundTerm caps the multiplicative term of the bound, so that a huge or
 // infinite LoadFactor cannot overflow int on any platform. No upstream
 // holds two billion requests in flight.
@@ -87,6 +100,29 @@ type Policy struct {
 	// by rendezvous hashing on a tie. With no backlog anywhere that is
 	// the placement the cold bound gives.
 	ColdBacklog bool
+
+	// Cost chooses by one cost instead of the rules: among the
+	// candidates under the bound, the least predicted time to first
+	// token plus CacheWeight times the prefill that moving off the
+	// deepest holder throws away (see the package documentation).
+	// ColdLoadFactor and ColdBacklog are rules the cost replaces: with
+	// Cost they are not read.
+	Cost bool
+	// ChunkSize is the units of size (bytes of routing text in
+	// caddymodule) per chunk of depth: a candidate at depth d holds
+	// min(d*ChunkSize, size) of the request. At least 1 with Cost.
+	ChunkSize int
+	// NsPerByte is the prefill time per unit of size of a candidate
+	// whose Candidate.NsPerByte is unset, and the scale of the cache
+	// term and of cold placement's margin. Finite and at least 0; with
+	// 0 (and no candidate speeds) the cost sees neither queues nor
+	// prompts, and chooses as the rules do with no cold bound.
+	NsPerByte float64
+	// CacheWeight weighs the prefill a move throws away against the
+	// time to first token it saves: 0 is pure predicted time to first
+	// token, larger values keep conversations on their holders. Finite
+	// and at least 0. Only Cost reads it.
+	CacheWeight float64
 }
 
 // Validate reports the first invalid field of p, naming it as the
@@ -109,6 +145,15 @@ func (p Policy) Validate() error {
 	}
 	if p.ColdLoadFactor != 0 && !(p.ColdLoadFactor >= 1 && p.ColdLoadFactor <= p.LoadFactor) {
 		return fmt.Errorf("cold_load_factor must be 0 (off) or between 1 and load_factor (%v), got %v", p.LoadFactor, p.ColdLoadFactor)
+	}
+	if !(p.NsPerByte >= 0) || math.IsInf(p.NsPerByte, 1) { // also rejects NaN
+		return fmt.Errorf("prefill time per byte must be finite and at least 0, got %v", p.NsPerByte)
+	}
+	if !(p.CacheWeight >= 0) || math.IsInf(p.CacheWeight, 1) {
+		return fmt.Errorf("cache_weight must be finite and at least 0, got %v", p.CacheWeight)
+	}
+	if p.Cost && p.ChunkSize < 1 {
+		return fmt.Errorf("chunk_size must be at least 1, got %d", p.ChunkSize)
 	}
 	return nil
 }

@@ -25,6 +25,16 @@ func TestValidate(t *testing.T) {
 		{"cold load factor below 1", Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: 0.5}, "cold_load_factor must be 0 (off) or between 1 and load_factor (1.25), got 0.5"},
 		{"cold load factor above load factor", Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: 2}, "cold_load_factor must be 0 (off) or between 1 and load_factor (1.25), got 2"},
 		{"cold load factor NaN", Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, ColdLoadFactor: math.NaN()}, "cold_load_factor must be 0 (off) or between 1 and load_factor (1.25), got NaN"},
+		{"cost", Policy{LoadFactor: 1.25, MinDepth: 4, Cost: true, ChunkSize: 256, NsPerByte: 15258.8, CacheWeight: DefaultCacheWeight}, ""},
+		{"cost with no speed and weight 0", Policy{LoadFactor: 1.25, MinDepth: 4, Cost: true, ChunkSize: 1}, ""},
+		{"cost without chunk size", Policy{LoadFactor: 1.25, MinDepth: 4, Cost: true, NsPerByte: 1}, "chunk_size must be at least 1, got 0"},
+		{"chunk size unread without cost", Policy{LoadFactor: 1.25, MinDepth: 4}, ""},
+		{"negative cache weight", Policy{LoadFactor: 1.25, MinDepth: 4, CacheWeight: -1}, "cache_weight must be finite and at least 0, got -1"},
+		{"cache weight NaN", Policy{LoadFactor: 1.25, MinDepth: 4, CacheWeight: math.NaN()}, "cache_weight must be finite and at least 0, got NaN"},
+		{"cache weight infinite", Policy{LoadFactor: 1.25, MinDepth: 4, CacheWeight: math.Inf(1)}, "cache_weight must be finite and at least 0, got +Inf"},
+		{"negative prefill time", Policy{LoadFactor: 1.25, MinDepth: 4, NsPerByte: -1}, "prefill time per byte must be finite and at least 0, got -1"},
+		{"prefill time NaN", Policy{LoadFactor: 1.25, MinDepth: 4, NsPerByte: math.NaN()}, "prefill time per byte must be finite and at least 0, got NaN"},
+		{"prefill time infinite", Policy{LoadFactor: 1.25, MinDepth: 4, NsPerByte: math.Inf(1)}, "prefill time per byte must be finite and at least 0, got +Inf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

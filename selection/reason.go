@@ -8,15 +8,18 @@ type Reason uint8
 const (
 	// ReasonNone: there were no candidates; Choice.Index is -1.
 	ReasonNone Reason = iota
-	// ReasonMatch: the deepest holder, which is under the bound.
+	// ReasonMatch: the deepest holder, which is under the bound (with
+	// Policy.Cost: and the least cost).
 	ReasonMatch
 	// ReasonSpill: the deepest holder is over the bound, so the deepest
 	// holder under it (the next-deepest, or an equally deep one ranked
-	// lower by rendezvous hashing).
+	// lower by rendezvous hashing). With Policy.Cost: another holder, of
+	// less cost than the deepest (the bound or its queue moved it).
 	ReasonSpill
 	// ReasonSpillCold: every holder is over the bound, so the
 	// rendezvous-hash winner among the candidates under it, as for a cold
-	// request. The prefix is lost for this request.
+	// request. The prefix is lost for this request. With Policy.Cost: a
+	// candidate that holds no useful prefix, of the least cost.
 	ReasonSpillCold
 	// ReasonCold: no candidate holds a useful prefix; the
 	// rendezvous-hash winner of the placement key, which is under the
@@ -31,7 +34,10 @@ const (
 	ReasonLeastLoaded
 	// ReasonPrefill: a cold request with Policy.ColdBacklog, moved from
 	// the candidate the cold rules chose to one under the bound and the
-	// cold bound with less prefill queued (Candidate.Backlog).
+	// cold bound with less prefill queued (Candidate.Backlog). With
+	// Policy.Cost: a cold request moved from the rendezvous-hash winner
+	// under the bound to the least cost, which is less by more than the
+	// request's own prefill.
 	ReasonPrefill
 
 	numReasons // must stay last

@@ -1,4 +1,4 @@
-package caddymodule
+package fleet
 
 import (
 	"testing"
@@ -20,27 +20,27 @@ func TestCapacityLearner(t *testing.T) {
 	var l capacityLearner
 	applied := func() int { c, _ := ix.Capacity(id); return c }
 
-	l.answered(ix, id, 5000, predictedWell) // nothing learned yet: no bound to raise
+	l.answered(ix, id, 5000, AsPredicted) // nothing learned yet: no bound to raise
 	if c := applied(); c != 0 {
 		t.Fatalf("an answer as predicted with nothing known set capacity %d", c)
 	}
-	l.answered(ix, id, minEvidenceChunks-1, lessCached)
+	l.answered(ix, id, minEvidenceChunks-1, LessCached)
 	if c := applied(); c != 0 {
 		t.Errorf("a miss younger than %d chunks set capacity %d; want none", minEvidenceChunks, c)
 	}
-	l.answered(ix, id, 3000, lessCached)
+	l.answered(ix, id, 3000, LessCached)
 	if c := applied(); c != 3000 {
 		t.Errorf("after a miss at age 3000: capacity %d, want 3000", c)
 	}
-	l.answered(ix, id, 4000, lessCached) // older than the bound: says nothing new
+	l.answered(ix, id, 4000, LessCached) // older than the bound: says nothing new
 	if c := applied(); c != 3000 {
 		t.Errorf("a miss at 4000 moved the capacity to %d, want 3000", c)
 	}
-	l.answered(ix, id, 2900, predictedWell)
+	l.answered(ix, id, 2900, AsPredicted)
 	if c := applied(); c != 3000+3000/64 {
 		t.Errorf("a hit at 2900: capacity %d, want %d (grown by a 64th)", c, 3000+3000/64)
 	}
-	l.answered(ix, id, 100, predictedWell) // far below the bound: no evidence about it
+	l.answered(ix, id, 100, AsPredicted) // far below the bound: no evidence about it
 	if c := applied(); c != 3000+3000/64 {
 		t.Errorf("a hit at 100 moved the capacity to %d", c)
 	}
@@ -50,13 +50,13 @@ func TestCapacityLearner(t *testing.T) {
 	}
 	l.published(ix, id, 10000)
 	for range 200 {
-		l.answered(ix, id, 9999, predictedWell)
+		l.answered(ix, id, 9999, AsPredicted)
 	}
 	if c := applied(); c != 10000 {
 		t.Errorf("after many hits: capacity %d, want at most the published 10000", c)
 	}
 	e, _ := l.get(id)
-	if e.misses != 2 || e.hits != 201 {
-		t.Errorf("misses %d, hits %d; want 2 and 201 (the answers taken as evidence)", e.misses, e.hits)
+	if e.Misses != 2 || e.Hits != 201 {
+		t.Errorf("misses %d, hits %d; want 2 and 201 (the answers taken as evidence)", e.Misses, e.Hits)
 	}
 }

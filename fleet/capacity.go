@@ -1,4 +1,4 @@
-package caddymodule
+package fleet
 
 import (
 	"sync"
@@ -32,41 +32,65 @@ const (
 	learnedGrowth = 1.0 / 64
 )
 
-// engineCapacity is what one engine's capacity is believed to be, in
-// chunks of routing text; 0 is unknown.
-type engineCapacity struct {
-	published    int // from its metrics
-	learned      int // from its answers
-	misses, hits uint64
+// Capacity is what one engine's KV capacity is believed to be, in chunks
+// of routing text; 0 is unknown.
+type Capacity struct {
+	// Published is the capacity its metrics publish.
+	Published int
+	// Learned is the capacity its answers show.
+	Learned int
+	// Misses and Hits are the answers taken as evidence: misses old
+	// enough to be evictions, and answers as predicted near Learned.
+	Misses, Hits uint64
 }
 
-// effective is the capacity the index applies: the smaller of the known
+// Effective is the capacity the index applies: the smaller of the known
 // ones, 0 when neither is known.
-func (e *engineCapacity) effective() int {
+func (e *Capacity) Effective() int {
 	switch {
-	case e.published == 0:
-		return e.learned
-	case e.learned == 0:
-		return e.published
+	case e.Published == 0:
+		return e.Learned
+	case e.Learned == 0:
+		return e.Published
 	}
-	return min(e.published, e.learned)
+	return min(e.Published, e.Learned)
 }
 
-// capacityLearner is, per upstream ID of one index, its engine's
-// capacity.
+// PublishCapacity records the capacity, in chunks, that id's engine
+// publishes, and applies it to ix, the Fleet's index.
+func (f *Fleet) PublishCapacity(ix *prefixindex.Index, id prefixindex.ID, chunks int) {
+	f.capacities.published(ix, id, chunks)
+}
+
+// LearnCapacity learns from one answer of id's engine about a prefix
+// last sent to it age chunks before, which compared with its prediction
+// as o, and applies what it learned to ix, the Fleet's index.
+func (f *Fleet) LearnCapacity(ix *prefixindex.Index, id prefixindex.ID, age uint32, o Outcome) {
+	f.capacities.answered(ix, id, age, o)
+}
+
+// Capacity returns what id's engine's capacity is believed to be, and
+// whether anything is known of it.
+func (f *Fleet) Capacity(id prefixindex.ID) (Capacity, bool) { return f.capacities.get(id) }
+
+// ResetCapacities forgets every engine's capacity (the caller lifts the
+// index's), when no reader uses capacities any more.
+func (f *Fleet) ResetCapacities() { f.capacities.reset() }
+
+// capacityLearner is, per upstream ID, its engine's capacity.
 type capacityLearner struct {
 	mu sync.Mutex
-	by map[prefixindex.ID]*engineCapacity
+	by map[prefixindex.ID]*Capacity
 }
 
 // entry returns id's record, creating it. l.mu must be held.
-func (l *capacityLearner) entry(id prefixindex.ID) *engineCapacity {
+func (l *capacityLearner) entry(id prefixindex.ID) *Capacity {
 	if l.by == nil {
-		l.by = map[prefixindex.ID]*engineCapacity{}
+		l.by = map[prefixindex.ID]*Capacity{}
 	}
 	e := l.by[id]
 	if e == nil {
-		e = &engineCapacity{}
+		e = &Capacity{}
 		l.by[id] = e
 	}
 	return e
@@ -77,56 +101,56 @@ func (l *capacityLearner) published(ix *prefixindex.Index, id prefixindex.ID, ch
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(id)
-	e.published = chunks
-	ix.SetCapacity(id, e.effective())
+	e.Published = chunks
+	ix.SetCapacity(id, e.Effective())
 }
 
 // answered learns from one answer of id's engine about a prefix last
 // sent to it age chunks before, and applies what it learned.
-func (l *capacityLearner) answered(ix *prefixindex.Index, id prefixindex.ID, age uint32, o predictionOutcome) {
+func (l *capacityLearner) answered(ix *prefixindex.Index, id prefixindex.ID, age uint32, o Outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(id)
 	a := int(min(age, prefixindex.MaxCapacity))
 	switch {
-	case o == lessCached && a >= minEvidenceChunks:
+	case o == LessCached && a >= minEvidenceChunks:
 		// Evicted at age a: it holds fewer.
-		e.misses++
-		if e.learned == 0 || a < e.learned {
-			e.learned = a
+		e.Misses++
+		if e.Learned == 0 || a < e.Learned {
+			e.Learned = a
 		}
-	case o == predictedWell && e.learned != 0 && 2*a >= e.learned:
+	case o == AsPredicted && e.Learned != 0 && 2*a >= e.Learned:
 		// Held at age a: it holds at least that many, and perhaps more.
-		e.hits++
-		e.learned = max(e.learned, a) + max(1, int(float64(e.learned)*learnedGrowth))
-		if e.published != 0 {
-			e.learned = min(e.learned, e.published)
+		e.Hits++
+		e.Learned = max(e.Learned, a) + max(1, int(float64(e.Learned)*learnedGrowth))
+		if e.Published != 0 {
+			e.Learned = min(e.Learned, e.Published)
 		}
 	default:
 		return
 	}
-	ix.SetCapacity(id, e.effective())
+	ix.SetCapacity(id, e.Effective())
 }
 
 // get returns a copy of id's record, and whether it has one.
-func (l *capacityLearner) get(id prefixindex.ID) (engineCapacity, bool) {
+func (l *capacityLearner) get(id prefixindex.ID) (Capacity, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.by[id]
 	if e == nil {
-		return engineCapacity{}, false
+		return Capacity{}, false
 	}
 	return *e, true
 }
 
-// forget drops id's record, when the index forgets id.
+// forget drops id's record.
 func (l *capacityLearner) forget(id prefixindex.ID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.by, id)
 }
 
-// reset drops every record, when capacity is turned off.
+// reset drops every record.
 func (l *capacityLearner) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,0 +1,124 @@
+package selection
+
+import "math"
+
+// chooseCost is Choose with Policy.Cost, for a known bound and byte bound
+// and n = len(cands) > 0: one pass that keeps the deepest holder, the
+// rendezvous-hash winner overall and under the bound, the least-loaded
+// candidate, and the candidate under the bound with the least cost. The
+// cost is in the package documentation.
+func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, bound int, byteBound int64) Choice {
+	minDepth := max(p.MinDepth, 1)
+	size = max(size, 0)
+	ref := p.NsPerByte
+	if !(ref > 0) || math.IsInf(ref, 1) { // an invalid policy's NaN, negative or infinite speed
+		ref = 0
+	}
+	weight := p.CacheWeight
+	if !(weight > 0) || math.IsInf(weight, 1) {
+		weight = 0
+	}
+	chunk := int64(max(p.ChunkSize, 1))
+	chunks := size/chunk + min(size%chunk, 1) // ceil(size/chunk): the depth that matches it all
+
+	var (
+		holder, hrw, hrwUnder, best, least = -1, -1, -1, -1, -1
+
+		holderScore, hrwScore, hrwUnderScore, bestScore, leastScore uint64
+
+		holderDepth, bestDepth int
+		hrwUnderCost, bestCost float64
+	)
+	for i := range cands {
+		c := &cands[i]
+		s := score(placement, c.Key)
+		if hrw < 0 || s > hrwScore {
+			hrw, hrwScore = i, s
+		}
+		if least < 0 || c.Load < cands[least].Load || (c.Load == cands[least].Load && s > leastScore) {
+			least, leastScore = i, s
+		}
+		// A match shallower than MinDepth counts for nothing: following
+		// chat-template boilerplate would herd unrelated conversations
+		// onto whichever upstream saw it first (DefaultMinDepth).
+		d := c.Depth
+		if d < minDepth {
+			d = 0
+		}
+		if d > 0 && (holder < 0 || deeper(d, s, holderDepth, holderScore)) {
+			holder, holderScore, holderDepth = i, s, d
+		}
+		if c.Load >= bound || (byteBound != 0 && c.Bytes > byteBound) { // over the bound
+			continue
+		}
+		cost := candidateCost(c, d, size, chunk, chunks, ref, weight)
+		if hrwUnder < 0 || s > hrwUnderScore {
+			hrwUnder, hrwUnderScore, hrwUnderCost = i, s, cost
+		}
+		if best < 0 || cost < bestCost || (cost == bestCost && deeper(d, s, bestDepth, bestScore)) {
+			best, bestScore, bestDepth, bestCost = i, s, d, cost
+		}
+	}
+
+	ch := Choice{Bound: bound, ByteBound: byteBound}
+	switch {
+	case holder >= 0:
+		ch.Preferred = holder
+		switch {
+		case best < 0:
+			ch.Index, ch.Reason = least, ReasonLeastLoaded
+		case best == holder:
+			ch.Index, ch.Reason = best, ReasonMatch
+		case bestDepth > 0:
+			ch.Index, ch.Reason = best, ReasonSpill
+		default:
+			ch.Index, ch.Reason = best, ReasonSpillCold
+		}
+	default:
+		// Cold: the rendezvous-hash winner under the bound, unless its
+		// cost exceeds the least by more than the request's own prefill
+		// at the reference speed. Edges with different private views of
+		// the queues then still agree, unless the difference is clear.
+		ch.Preferred = hrw
+		switch {
+		case hrwUnder < 0:
+			ch.Index, ch.Reason = least, ReasonLeastLoaded
+		case best != hrwUnder && hrwUnderCost-bestCost > float64(size)*ref:
+			ch.Index, ch.Reason = best, ReasonPrefill
+		case hrwUnder == hrw:
+			ch.Index, ch.Reason = hrwUnder, ReasonCold
+		default:
+			ch.Index, ch.Reason = hrwUnder, ReasonColdSpill
+		}
+	}
+	ch.Spilled = ch.Index != ch.Preferred
+	return ch
+}
+
+// candidateCost is the cost of sending a request of the given size, in
+// chunks of the given size (chunks of them in all), to c, which holds d
+// useful chunks of it (0 below MinDepth), up to a term that is the same
+// for every candidate:
+//
+//	matched = min(d*chunk, size)
+//	ttft    = (Backlog + size - matched) * ns
+//	cost    = ttft - weight * ref * matched
+//
+// where ns is c.NsPerByte, or ref when unset or invalid. A NaN (from an
+// invalid policy's product of infinities) counts as +Inf, so it never
+// wins.
+func candidateCost(c *Candidate, d int, size, chunk, chunks int64, ref, weight float64) float64 {
+	matched := size
+	if int64(d) < chunks {
+		matched = int64(d) * chunk
+	}
+	ns := c.NsPerByte
+	if !(ns > 0) || math.IsInf(ns, 1) {
+		ns = ref
+	}
+	cost := (float64(max(c.Backlog, 0))+float64(size-matched))*ns - weight*ref*float64(matched)
+	if cost != cost {
+		return math.Inf(1)
+	}
+	return cost
+}
