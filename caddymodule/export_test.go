@@ -54,3 +54,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// RaceEnabled says whether the tests run under the race detector.
+const RaceEnabled = raceEnabled

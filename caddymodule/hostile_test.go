@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
 // Hostile input through a real Caddy. Every case is sent twice: to a site
@@ -430,7 +431,7 @@ func TestHostileHugeString(t *testing.T) {
 	})
 	t.Run("declared, max_body 64MiB", func(t *testing.T) {
 		parsed := c
-		if raceDetector() {
+		if caddymodule.RaceEnabled {
 			// The race detector makes the parse of 50 MB take ~15 s; the
 			// same path at 8 MB keeps `go test -race` quick. Plain
 			// `go test` parses the whole 50 MB.
@@ -439,20 +440,6 @@ func TestHostileHugeString(t *testing.T) {
 		tw := startTwin(t, "", "", "max_body 64MiB")
 		tw.check(t, parsed)
 	})
-}
-
-// raceDetector reports whether the test binary was built with -race.
-func raceDetector() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
 
 func TestHostileInvalidUTF8(t *testing.T) {
