@@ -2,10 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
-	"context"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2"
 
 	"github.com/prefixcache/caddy-prefixcache/internal/cputime"
 )
@@ -54,21 +51,9 @@ func BenchmarkChoice(b *testing.B) {
 }
 
 // newChoiceSelection provisions a PrefixCacheSelection with the defaults
-// and the given choice, as newBenchSelection does.
+// and the given choice (see provisionBench).
 func newChoiceSelection(tb testing.TB, choice string) *PrefixCacheSelection {
-	tb.Helper()
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	s := &PrefixCacheSelection{Choice: choice}
-	if err := s.Provision(ctx); err != nil {
-		cancel()
-		tb.Fatal(err)
-	}
-	s.logger = caddy.Log()
-	tb.Cleanup(func() {
-		_ = s.Cleanup()
-		cancel()
-	})
-	return s
+	return provisionBench(tb, &PrefixCacheSelection{Choice: choice})
 }
 
 // TestChoiceAllocs checks that choosing, under either choice, allocates

@@ -171,12 +171,18 @@ func benchPool(n int) reverseproxy.UpstreamPool {
 }
 
 // newBenchSelection provisions a PrefixCacheSelection with the defaults
-// and maxEntries, as Caddy does, with Caddy's default logger (level INFO)
-// rather than the development logger a config-less context gives.
+// and maxEntries (see provisionBench).
 func newBenchSelection(tb testing.TB, maxEntries int) *PrefixCacheSelection {
+	return provisionBench(tb, &PrefixCacheSelection{MaxEntries: maxEntries})
+}
+
+// provisionBench provisions s, its unset options taking their defaults, as
+// Caddy does, with Caddy's default logger (level INFO) rather than the
+// development logger a config-less context gives; it is cleaned up with
+// the test.
+func provisionBench(tb testing.TB, s *PrefixCacheSelection) *PrefixCacheSelection {
 	tb.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	s := &PrefixCacheSelection{MaxEntries: maxEntries}
 	if err := s.Provision(ctx); err != nil {
 		cancel()
 		tb.Fatal(err)
