@@ -269,6 +269,31 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// readExample returns Caddyfile.example.
+func readExample(t *testing.T) []byte {
+	t.Helper()
+	src, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// runExample runs src, Caddyfile.example or an edit of it, as its comments
+// say to run it, in front of the engines at addrs: bound to 127.0.0.1, on
+// a free port. It returns the site's base URL, its port and the admin
+// API's base URL.
+func runExample(t *testing.T, src []byte, addrs []string) (url, port, admin string) {
+	t.Helper()
+	_, port, _ = net.SplitHostPort(freeAddr(t))
+	admin = runCaddyfile(t, src, map[string]string{
+		"UPSTREAMS": strings.Join(addrs, " "),
+		"LISTEN":    ":" + port,
+		"BIND":      "127.0.0.1",
+	})
+	return "http://127.0.0.1:" + port, port, admin
+}
+
 // runCaddyfile runs a Caddyfile in this process, adapted as `caddy run`
 // adapts it, with env as its environment. What `caddy run` takes from the
 // environment besides the {$NAME} placeholders goes to the test's own
@@ -499,17 +524,7 @@ func TestFailover(t *testing.T) {
 		addrs = append(addrs, e.addr)
 		byName[e.name] = e
 	}
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	admin := runCaddyfile(t, src, map[string]string{
-		"UPSTREAMS": strings.Join(addrs, " "),
-		"LISTEN":    ":" + port,
-		"BIND":      "127.0.0.1",
-	})
-	url := "http://127.0.0.1:" + port
+	url, port, admin := runExample(t, readExample(t), addrs)
 
 	// BIND=127.0.0.1 binds that address only, as the comment says.
 	if c, err := net.Dial("tcp", "127.0.0.2:"+port); err == nil {

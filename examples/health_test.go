@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,17 +28,7 @@ func TestClientsCannotMarkEnginesDown(t *testing.T) {
 		engines = append(engines, e)
 		addrs = append(addrs, e.addr)
 	}
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	admin := runCaddyfile(t, src, map[string]string{
-		"UPSTREAMS": strings.Join(addrs, " "),
-		"LISTEN":    ":" + port,
-		"BIND":      "127.0.0.1",
-	})
-	url := "http://127.0.0.1:" + port
+	url, port, admin := runExample(t, readExample(t), addrs)
 	client := &http.Client{Timeout: 30 * time.Second}
 	convs := []*conversation{newConversation(0), newConversation(1), newConversation(2), newConversation(3)}
 	for _, o := range runTurns(client, url, convs, 1) {

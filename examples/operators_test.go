@@ -27,19 +27,14 @@ var operatorLines = regexp.MustCompile(`(?m)^(\t+)# ((?:@operators|header @opera
 // address (127.0.0.1) gets the routing headers and any other (127.0.0.2)
 // gets neither.
 func TestOperatorHeaders(t *testing.T) {
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := readExample(t)
 	if n := len(operatorLines.FindAll(src, -1)); n != 3 {
 		t.Fatalf("Caddyfile.example has %d commented operator lines, want 3 (the matcher and two headers)", n)
 	}
 	src = operatorLines.ReplaceAll(src, []byte("$1$2"))
 
 	e := startEngine(t, "e0")
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	runCaddyfile(t, src, map[string]string{"UPSTREAMS": e.addr, "LISTEN": ":" + port, "BIND": "127.0.0.1"})
-	url := "http://127.0.0.1:" + port
+	url, _, _ := runExample(t, src, []string{e.addr})
 
 	from := func(ip string) *http.Client {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
@@ -88,10 +83,7 @@ func TestUnsetUpstreams(t *testing.T) {
 		os.Unsetenv("UPSTREAMS")
 		t.Cleanup(func() { os.Setenv("UPSTREAMS", old) })
 	}
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := readExample(t)
 	cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "Caddyfile"})
 	if err != nil {
 		t.Fatalf("adapting: %v", err)
@@ -110,10 +102,7 @@ func TestUnsetUpstreams(t *testing.T) {
 // access log says why (prefix_cache_skip no_tenant), beside the routed
 // requests of a client with one.
 func TestExampleTenantLog(t *testing.T) {
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := readExample(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	src, n := bytes.CutSuffix(bytes.TrimSpace(src), []byte("\tlog\n}"))
 	if !n {
@@ -122,9 +111,7 @@ func TestExampleTenantLog(t *testing.T) {
 	src = append(src, fmt.Sprintf("\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n}\n", accessLog)...)
 
 	e := startEngine(t, "e0")
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	runCaddyfile(t, src, map[string]string{"UPSTREAMS": e.addr, "LISTEN": ":" + port, "BIND": "127.0.0.1"})
-	url := "http://127.0.0.1:" + port
+	url, _, _ := runExample(t, src, []string{e.addr})
 	client := &http.Client{Timeout: 10 * time.Second}
 	keyed, keyless := newConversation(0), newConversation(1)
 	keyless.key = ""

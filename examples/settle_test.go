@@ -2,11 +2,8 @@ package examples_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -36,13 +33,7 @@ func failoverSettles(t *testing.T, answer int) {
 		engines = append(engines, e)
 		addrs = append(addrs, e.addr)
 	}
-	src, err := os.ReadFile("../Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	runCaddyfile(t, src, map[string]string{"UPSTREAMS": strings.Join(addrs, " "), "LISTEN": ":" + port, "BIND": "127.0.0.1"})
-	url := "http://127.0.0.1:" + port
+	url, _, _ := runExample(t, readExample(t), addrs)
 	client := newClient()
 
 	var convs []*conversation
