@@ -526,9 +526,11 @@ func (s *PrefixCacheSelection) serverName() string {
 
 // routePath is the config path of s's reverse_proxy handler within its
 // server, /routes/<i>/handle/<j>, through subroutes (handle, route), or
-// "" when it is not found.
+// "" when it is not found or its config is not running yet: Caddy
+// writes a config's routes while it provisions it, during a reload
+// while the stats are read.
 func (s *PrefixCacheSelection) routePath() string {
-	if s.server == nil || s.handler == nil {
+	if s.server == nil || s.handler == nil || !s.running() {
 		return ""
 	}
 	return findHandler(s.server.Routes, s.handler, "")

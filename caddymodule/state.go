@@ -262,16 +262,23 @@ func (s *PrefixCacheSelection) currentPool() *reverseproxy.UpstreamPool {
 	if pool := s.lastPool.Load(); pool != nil {
 		return pool
 	}
-	if s.handler == nil || len(s.staticDials) == 0 {
-		return nil
-	}
-	// The http app wraps the config's context in values; its Done
-	// channel is the config's.
-	if active := caddy.ActiveContext(); active.Context == nil || active.Done() != s.root.Done() {
+	if s.handler == nil || len(s.staticDials) == 0 || !s.running() {
 		return nil
 	}
 	s.notePool(s.handler.Upstreams)
 	return s.lastPool.Load()
+}
+
+// running reports whether s's config is the one Caddy runs. Caddy
+// publishes the active context after every module of a config is
+// provisioned and its apps started, so once this is true the config's
+// handlers and routes are written and may be read from any goroutine;
+// before (a reload still provisioning) they may not.
+func (s *PrefixCacheSelection) running() bool {
+	// The http app wraps the config's context in values; its Done
+	// channel is the config's.
+	active := caddy.ActiveContext()
+	return active.Context != nil && s.root != nil && active.Done() == s.root.Done()
 }
 
 // notePool remembers pool as the instance's current upstreams. A static
