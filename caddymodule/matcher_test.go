@@ -21,14 +21,14 @@ func TestModelMatcherRoutesByModel(t *testing.T) {
 	big, small, other := newBackends(t, 2), newBackends(t, 2), newBackend(t, "default")
 	port := freePort(t)
 	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
-	@big model meta-llama/Llama-3.1-70B* llama-3.1-70b*
+	@big prefix_cache_model meta-llama/Llama-3.1-70B* llama-3.1-70b*
 	handle @big {
 		reverse_proxy %s %s {
 			lb_policy prefix_cache
 			header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}
 		}
 	}
-	@small model qwen*
+	@small prefix_cache_model qwen*
 	handle @small {
 		reverse_proxy %s %s {
 			lb_policy prefix_cache

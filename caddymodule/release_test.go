@@ -117,7 +117,7 @@ func TestBodyReleasedWhileResponseStreams(t *testing.T) {
 // client's body by then: without the policy's copy, stock Caddy sends a
 // broken body unless request_buffers holds it.)
 func TestRetryOnStatusSendsTheWholeBodyAgain(t *testing.T) {
-	for _, matcher := range []string{"", "@any model *\n\t"} {
+	for _, matcher := range []string{"", "@any prefix_cache_model *\n\t"} {
 		t.Run(fmt.Sprintf("matcher %q", matcher), func(t *testing.T) { retryOnStatusSendsTheWholeBodyAgain(t, matcher) })
 	}
 }
@@ -325,7 +325,7 @@ func TestModelMatcherBodyReleasedWithAStockPolicy(t *testing.T) {
 	release := make(chan struct{})
 	up := streamingBackend(t, release)
 	port := freePort(t)
-	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\t@any model *\n\treverse_proxy @any %s {\n\t\tlb_policy round_robin\n\t\tflush_interval -1\n\t}\n}\n", port, up))
+	startCaddy(t, fmt.Sprintf("http://127.0.0.1:%d {\n\t@any prefix_cache_model *\n\treverse_proxy @any %s {\n\t\tlb_policy round_robin\n\t\tflush_interval -1\n\t}\n}\n", port, up))
 	body := []byte(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, words("matcher-release", 20000)))
 	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), "application/json", bytes.NewReader(body))
 	if err != nil {
