@@ -46,6 +46,15 @@ func TestReadyLogSaysSyncLoad(t *testing.T) {
 // policy ready" lines.
 func readyLines(t *testing.T, dial, policy string) []map[string]any {
 	t.Helper()
+	fields := `"load_balancing": {"selection_policy": {"policy": "prefix_cache", "max_entries": 7011, ` + policy + `}}`
+	return loadedLog(t, dial, fields, "prefix_cache policy ready")
+}
+
+// loadedLog loads a Caddy whose one route is a reverse_proxy to dial with
+// the handler's other JSON fields, stops it, and returns its log's lines
+// whose msg is msg.
+func loadedLog(t *testing.T, dial, fields, msg string) []map[string]any {
+	t.Helper()
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
 	cfg := fmt.Sprintf(`{
 	"admin": {"disabled": true, "config": {"persist": false}},
@@ -53,20 +62,16 @@ func readyLines(t *testing.T, dial, policy string) []map[string]any {
 	"apps": {"http": {"servers": {"s": {
 		"listen": [%q],
 		"automatic_https": {"disable": true},
-		"routes": [{"handle": [{
-			"handler": "reverse_proxy",
-			"upstreams": [{"dial": %q}],
-			"load_balancing": {"selection_policy": {"policy": "prefix_cache", "max_entries": 7011, %s}}
-		}]}]
+		"routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": %q}], %s}]}]
 	}}}}
-}`, logFile, loopbackAddr(t), dial, policy)
+}`, logFile, loopbackAddr(t), dial, fields)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Fatal(err)
 	}
 	if err := caddy.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	return logLines(t, logFile, "prefix_cache policy ready")
+	return logLines(t, logFile, msg)
 }
 
 // logLines returns the JSON lines of a Caddy log file whose msg is msg.
@@ -106,23 +111,7 @@ func TestTryDurationWarnsWithoutRequestBuffers(t *testing.T) {
 		{`"request_buffers": 4194304, "load_balancing": {"try_duration": "1s", "selection_policy": {"policy": "prefix_cache"}}`, 0},
 		{`"load_balancing": {"retries": 2, "selection_policy": {"policy": "prefix_cache"}}`, 0},
 	} {
-		logFile := filepath.Join(t.TempDir(), "caddy.log")
-		cfg := fmt.Sprintf(`{
-	"admin": {"disabled": true, "config": {"persist": false}},
-	"logging": {"logs": {"default": {"level": "INFO", "writer": {"output": "file", "filename": %q}, "encoder": {"format": "json"}}}},
-	"apps": {"http": {"servers": {"s": {
-		"listen": [%q],
-		"automatic_https": {"disable": true},
-		"routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": %q}], %s}]}]
-	}}}}
-}`, logFile, loopbackAddr(t), backend.Listener.Addr().String(), tt.handler)
-		if err := caddy.Load([]byte(cfg), true); err != nil {
-			t.Fatal(err)
-		}
-		if err := caddy.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if got := len(logLines(t, logFile, msg)); got != tt.want {
+		if got := len(loadedLog(t, backend.Listener.Addr().String(), tt.handler, msg)); got != tt.want {
 			t.Errorf("{%s}: %d warnings, want %d", tt.handler, got, tt.want)
 		}
 	}
