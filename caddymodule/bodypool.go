@@ -7,8 +7,9 @@ import (
 )
 
 // Body buffers are recycled through size-classed pools: allocating a
-// buffer of the body's size for every request, and collecting it, was a
-// large part of what the policy cost Caddy per byte (docs/overhead.md).
+// buffer of the body's size for every request, and collecting it, would
+// be a large part of what the policy costs Caddy per byte
+// (docs/overhead.md).
 // Every buffer counts against the body budget from its allocation until
 // the garbage collector frees it; when idle buffers keep the budget spent,
 // the collector is asked to run (budget.go).

@@ -314,8 +314,8 @@ func TestVarsNeverPrintThePrompt(t *testing.T) {
 // Expect: 100-continue on a body the policy reads: Caddy answers 100
 // Continue itself, before any upstream is contacted, and the client
 // uploads its body to Caddy; the engine's own answer (here a 401 without
-// reading the body) comes after the upload. This is what the README's
-// Limitations says buffering costs a client.
+// reading the body) comes after the upload. This is what
+// docs/limitations.md says buffering costs a client.
 func TestExpectContinueAnsweredBeforeUpstream(t *testing.T) {
 	var contacted atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

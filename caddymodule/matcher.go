@@ -95,8 +95,8 @@ func (m *MatchModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// UnmarshalJSON accepts a list of patterns, as the matcher was first
-// configured, or an object with its fields.
+// UnmarshalJSON accepts a list of patterns (the short form, which
+// configurations without fail_open keep) or an object with its fields.
 func (m *MatchModel) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '[' {
 		*m = MatchModel{}

@@ -61,10 +61,12 @@ const (
 
 	// DefaultMinMatchRatio is the default min_match_ratio: the share of
 	// a request's routing text a match must cover to count. 0.3 is the
-	// cache_threshold of SGLang's cache-aware router; on the Mooncake
-	// trace it doubles the hit rate (docs/tuning.md), because a shared
-	// system prompt no longer pulls every new conversation onto its
-	// holders.
+	// cache_threshold of SGLang's cache-aware router. Without a ratio, a
+	// long new conversation that shares only a common system prompt
+	// counts as a match, and every such conversation herds onto that
+	// prompt's holders; the ratio, unlike an absolute min_match, needs no
+	// sizing to each deployment's preamble (docs/tuning.md, "Defaults and
+	// the evidence", has the measurements).
 	DefaultMinMatchRatio = 0.3
 
 	// DefaultLoadAllowanceBytes is the default load_allowance_bytes:
@@ -73,22 +75,21 @@ const (
 	// or of a single long-context request. A spill costs one prefill on
 	// another replica; an engine whose running requests outgrow its KV
 	// cache preempts and recomputes them and evicts every conversation's
-	// prefix. Measured with 64k-token engines and with 400k-token ones
-	// (docs/tuning.md): 128 KiB beat 256 KiB on the agent workload (hit
-	// rate 0.820 vs 0.763, TTFT p90 0.35 vs 0.69 s) and cost shared-prefix
-	// 0.02 of hit rate at 80 QPS; 512 KiB lost most of the agent gain.
-	// That is half of the benchmark's 64k-token KV caches (256 KiB of
-	// text): with 400k-token engines 512 KiB did better on Mooncake
-	// (README, Defaults).
+	// prefix: counted in requests alone, an engine holding long agent
+	// contexts looks lightly loaded while its KV cache overflows. 128 KiB
+	// is half of a 64k-token engine's KV cache in bytes of text; engines
+	// with larger caches want a third to a half of one engine's KV
+	// (docs/tuning.md, "Defaults and the evidence", has the measurements
+	// on both sizes).
 	DefaultLoadAllowanceBytes = 128 << 10
 
 	// DefaultPrefillRate is the default prefill_rate, in bytes of routing
 	// text per second: 64 KiB/s is about 16,000 tokens/s at 4 bytes per
 	// token, the prefill throughput of Llama-3-8B in vLLM on one H100
-	// (and of the benchmark's simulated engine). On the Mooncake trace
-	// (8 engines, docs/tuning.md) it cut TTFT p90 from 2.48 to 2.19 s and
-	// p50 from 0.70 to 0.61 s, the hit rate within the runs' spread; half
-	// and twice the rate measured the same within that spread.
+	// (and of the benchmark's simulated engine). The estimate only ranks
+	// upstreams by their queued prefill, so a rate off by a factor of two
+	// either way keeps most of what it gains (docs/tuning.md, "Defaults
+	// and the evidence", has the measurements).
 	DefaultPrefillRate = 64 << 10
 
 	// ChoiceRules and ChoiceCost are the values of choice: today's
