@@ -81,5 +81,5 @@
 // new chunk, and a million objects for the garbage collector to mark on
 // every cycle, where this package's arrays are a few pointer-free objects.
 // Its locked caches take a lock per call, that is per chunk. BenchmarkVsGolangLRU
-// measures both on the same job; docs/index.md gives the figures.
+// measures both on the same job; docs/prefix-index.md gives the figures.
 package prefixindex
