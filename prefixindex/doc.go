@@ -78,8 +78,9 @@
 //
 // hashicorp/golang-lru/v2 keeps each entry as a heap object reached through
 // a map of pointers: several times the bytes per entry, an allocation per
-// new chunk, and a million objects for the garbage collector to mark on
+// new chunk, and an object per entry for the garbage collector to mark on
 // every cycle, where this package's arrays are a few pointer-free objects.
-// Its locked caches take a lock per call, that is per chunk. BenchmarkVsGolangLRU
-// measures both on the same job; docs/prefix-index.md gives the figures.
+// Its locked caches take a lock per call, that is per chunk.
+// BenchmarkVsGolangLRU measures both on the same job; docs/prefix-index.md
+// gives the figures.
 package prefixindex
