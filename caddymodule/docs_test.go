@@ -1,7 +1,10 @@
 package caddymodule
 
 import (
+	"context"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -175,4 +179,51 @@ func isRegisteredMetric(name string, families map[string]dto.MetricType) bool {
 		}
 	}
 	return false
+}
+
+var (
+	citedPlaceholder = regexp.MustCompile(`\bhttp\.reverse_proxy\.prefix_cache\.([a-z0-9_]+)`)
+	citedVar         = regexp.MustCompile(`\bhttp\.vars\.(prefix_cache\.[a-z0-9_]+)`)
+)
+
+// TestDocsCitePlaceholdersSet checks that every placeholder
+// {http.reverse_proxy.prefix_cache.*} and var {http.vars.prefix_cache.*}
+// the docs and the shipped Caddyfiles name is one a selection sets.
+func TestDocsCitePlaceholdersSet(t *testing.T) {
+	repl := caddy.NewReplacer()
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+	setPlaceholders(r, decision{reason: "match", dialect: "openai_chat", chosen: "10.0.0.1:8000"})
+
+	files := citingFiles(t)
+	more, err := filepath.Glob("../examples/*.Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(append(files, "../Caddyfile.example"), more...)
+	cited := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, m := range citedPlaceholder.FindAllStringSubmatch(line, -1) {
+				cited++
+				if _, ok := repl.Get(placeholderPrefix + m[1]); !ok {
+					t.Errorf("%s:%d cites placeholder %s%s, which a selection does not set", f, i+1, placeholderPrefix, m[1])
+				}
+			}
+			for _, m := range citedVar.FindAllStringSubmatch(line, -1) {
+				cited++
+				if m[1] != varKey {
+					t.Errorf("%s:%d cites var http.vars.%s; the policy's var is http.vars.%s", f, i+1, m[1], varKey)
+				}
+			}
+		}
+	}
+	if cited == 0 {
+		t.Fatal("no file cites a placeholder of the policy")
+	}
+	t.Logf("%d placeholders and vars cited", cited)
 }
