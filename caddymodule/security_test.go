@@ -101,7 +101,11 @@ func TestTenantRoutingIndependentOfOtherTenants(t *testing.T) {
 		p := distinctPorts(t, 3)
 		port := p[0]
 		stop := loadConfig(t, globalBlock("admin off", t.TempDir(), p[1], p[2])+
-			proxySite(port, bs, "", "tenant {http.request.header.X-Tenant}"))
+			// Load is shared by tenants, on purpose: with the prefill
+			// estimate and the cold bound on, B's placements would
+			// depend on how much of A's prefill had drained by the
+			// wall clock. This test is about the index alone.
+			proxySite(port, bs, "", "tenant {http.request.header.X-Tenant}\nprefill_rate off\ncold_load_factor off"))
 		defer stop()
 		url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 		var got []string
