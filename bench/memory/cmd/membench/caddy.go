@@ -2,44 +2,42 @@ package main
 
 import (
 	"bufio"
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
 )
 
 // caddyProc is one Caddy process under measurement: the real binary
 // (`caddy run`), so its memory is what an operator's Caddy would use, with
 // the memory limit Caddy's main sets (90% of the machine's memory here).
 type caddyProc struct {
-	cmd    *exec.Cmd
-	site   string // base URL of the proxied site
-	admin  string // base URL of the admin API
-	stderr bytes.Buffer
+	proc  *child.Proc
+	site  string // base URL of the proxied site
+	admin string // base URL of the admin API
 }
 
 // siteConfig is the JSON config of one site proxying to upstreams with
 // policy (a selection policy object), HTTP/1.1 and h2c on the site.
-func siteConfig(sitePort, adminPort int, upstreams []string, policy map[string]any) []byte {
+func siteConfig(site, admin string, upstreams []string, policy map[string]any) []byte {
 	var ups []map[string]any
 	for _, u := range upstreams {
 		ups = append(ups, map[string]any{"dial": u})
 	}
 	cfg := map[string]any{
-		"admin":   map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", adminPort), "config": map[string]any{"persist": false}},
+		"admin":   map[string]any{"listen": admin, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
 		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"bench": map[string]any{
-			"listen":    []string{fmt.Sprintf("127.0.0.1:%d", sitePort)},
+			"listen":    []string{site},
 			"protocols": []string{"h1", "h2", "h2c"},
 			"metrics":   map[string]any{},
 			"routes": []any{map[string]any{"handle": []any{map[string]any{
@@ -55,57 +53,31 @@ func siteConfig(sitePort, adminPort int, upstreams []string, policy map[string]a
 }
 
 // startCaddy runs bin with cfg and waits until its admin API and site
-// answer.
-func startCaddy(bin, dir string, cfg []byte, sitePort, adminPort int) (*caddyProc, error) {
-	path := filepath.Join(dir, fmt.Sprintf("caddy-%d.json", sitePort))
+// (host:port addresses) listen.
+func startCaddy(bin, dir string, cfg []byte, site, admin string) (*caddyProc, error) {
+	path := filepath.Join(dir, "caddy-"+strings.ReplaceAll(site, ":", "-")+".json")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return nil, err
 	}
-	c := &caddyProc{
-		site:  fmt.Sprintf("http://127.0.0.1:%d", sitePort),
-		admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-	}
-	c.cmd = exec.Command(bin, "run", "--config", path)
-	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	c.cmd.Stderr = &c.stderr
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
+	spec := child.Caddy("caddy", bin, dir, path, "")
+	spec.StopTimeout = 10 * time.Second
+	p, err := child.Start(context.Background(), spec)
+	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(c.admin + "/config/")
-		if err == nil {
-			resp.Body.Close()
-			if conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", sitePort)); err == nil {
-				conn.Close()
-				return c, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("caddy did not start: %s", c.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition, bounded by the deadline
+	if err := child.WaitListening(p, 30*time.Second, admin, site); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("caddy did not start: %w", err)
 	}
+	return &caddyProc{proc: p, site: "http://" + site, admin: "http://" + admin}, nil
 }
 
-func (c *caddyProc) stop() {
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
-}
+func (c *caddyProc) stop() { c.proc.Stop() }
 
 // rss returns the process's resident set and its peak (VmRSS, VmHWM), in
 // bytes.
 func (c *caddyProc) rss() (cur, peak int64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.proc.Pid()))
 	if err != nil {
 		return 0, 0
 	}

@@ -27,12 +27,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
 )
 
 type options struct {
@@ -221,7 +222,11 @@ func policyJSON(o options, name string) map[string]any {
 }
 
 func launch(o options, dir string, eng *engines, policy string) (*caddyProc, error) {
-	site, admin := freePort(), freePort()
+	ports, err := child.ReservePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	site, admin := ports[0], ports[1]
 	return startCaddy(o.caddy, dir, siteConfig(site, admin, eng.addrs, policyJSON(o, policy)), site, admin)
 }
 
@@ -372,12 +377,3 @@ func printTables(cells []cell) {
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}

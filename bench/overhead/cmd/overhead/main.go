@@ -35,6 +35,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -42,7 +43,6 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,6 +52,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
 )
 
 type config struct {
@@ -181,30 +183,35 @@ func run(cfg config) error {
 	for i := range cfg.upstreams {
 		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", cfg.basePort+10+i))
 	}
-	backend, err := start(cfg, "0", dir, "backend", cfg.backend, "-listen", strings.Join(backends, ","), "-stream", strconv.Itoa(cfg.stream))
+	backend, err := start(cfg, "0", dir, child.Spec{
+		Name:       "backend",
+		Path:       cfg.backend,
+		Args:       []string{"-listen", strings.Join(backends, ","), "-stream", strconv.Itoa(cfg.stream)},
+		StopSignal: os.Interrupt,
+	})
 	if err != nil {
 		return err
 	}
-	defer stop(backend)
-	for _, a := range backends {
-		if err := waitListening(a); err != nil {
-			return fmt.Errorf("backend: %w", err)
-		}
+	defer backend.Stop()
+	if err := child.WaitListening(backend, 15*time.Second, backends...); err != nil {
+		return err
 	}
 
 	caddyfile := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(caddyfile, []byte(caddyConfig(cfg, backends)), 0o644); err != nil {
 		return err
 	}
-	caddy, err := start(cfg, "1", dir, "caddy", cfg.caddy, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	caddy, err := start(cfg, "1", dir, child.Caddy("caddy", cfg.caddy, dir, caddyfile, "caddyfile"))
 	if err != nil {
 		return err
 	}
-	defer stop(caddy)
+	defer caddy.Stop()
+	var sites []string
 	for p := range 3 {
-		if err := waitListening(fmt.Sprintf("127.0.0.1:%d", cfg.basePort+p)); err != nil {
-			return fmt.Errorf("caddy: %w (log in %s)", err, filepath.Join(dir, "caddy.log"))
-		}
+		sites = append(sites, fmt.Sprintf("127.0.0.1:%d", cfg.basePort+p))
+	}
+	if err := child.WaitListening(caddy, 15*time.Second, sites...); err != nil {
+		return fmt.Errorf("%w (log in %s)", err, filepath.Join(dir, "caddy.log"))
 	}
 
 	fmt.Printf("# %s vs %s through Caddy\n\n", policies[1], policies[0])
@@ -441,7 +448,7 @@ func checkRouting(cfg config, dir string, size, convs int) (map[string]int, erro
 // /debug/pprof, and writes them as DIR/{cpu,allocs}-SIZE-POLICY.pprof.
 // Read them with go tool pprof (the Caddy binary is not needed: Go
 // profiles carry symbols).
-func profile(cfg config, caddy *proc, size int, script string) error {
+func profile(cfg config, caddy *child.Proc, size int, script string) error {
 	if err := os.MkdirAll(cfg.pprof, 0o755); err != nil {
 		return err
 	}
@@ -493,61 +500,32 @@ func fetch(url, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-// proc is a started child process.
-type proc struct {
-	cmd *exec.Cmd
-	log *os.File
-}
-
-func start(cfg config, cpu, dir, name, bin string, args ...string) (*proc, error) {
+// start starts a child process, pinned to cpu with -pin, its output in
+// dir/NAME.log.
+func start(cfg config, cpu, dir string, s child.Spec) (*child.Proc, error) {
 	if cfg.pin {
-		args = append([]string{"-c", cpu, bin}, args...)
-		bin = "taskset"
+		s.CPU = cpu
 	}
-	lf, err := os.Create(filepath.Join(dir, name+".log"))
+	lf, err := os.Create(filepath.Join(dir, s.Name+".log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
+	s.Stdout, s.Stderr = lf, lf
+	p, err := child.Start(context.Background(), s)
+	if err != nil {
 		lf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, err
 	}
-	return &proc{cmd: cmd, log: lf}, nil
-}
-
-func stop(p *proc) {
-	p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
-	p.log.Close()
-}
-
-func waitListening(addr string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not listening after 15s: %w", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	go func() {
+		<-p.Exited()
+		lf.Close()
+	}()
+	return p, nil
 }
 
 // wrk runs one wrk pass against port and returns its figures, with the
 // CPU time Caddy used meanwhile.
-func wrk(cfg config, caddy *proc, port int, script string, conns int, d time.Duration) (result, error) {
+func wrk(cfg config, caddy *child.Proc, port int, script string, conns int, d time.Duration) (result, error) {
 	args := []string{"-t", strconv.Itoa(min(cfg.threads, conns)), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", d.Seconds()),
 		"--latency", "--timeout", "10s", "-s", script, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)}
 	bin := cfg.wrk
@@ -555,7 +533,7 @@ func wrk(cfg config, caddy *proc, port int, script string, conns int, d time.Dur
 		args = append([]string{"-c", "0", bin}, args...)
 		bin = "taskset"
 	}
-	before, err := procCPU(caddy.cmd.Process.Pid)
+	before, err := procCPU(caddy.Pid())
 	if err != nil {
 		return result{}, err
 	}
@@ -565,7 +543,7 @@ func wrk(cfg config, caddy *proc, port int, script string, conns int, d time.Dur
 	if err != nil {
 		return result{}, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
-	after, err := procCPU(caddy.cmd.Process.Pid)
+	after, err := procCPU(caddy.Pid())
 	if err != nil {
 		return result{}, err
 	}
