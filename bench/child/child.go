@@ -164,16 +164,8 @@ func (p *Proc) Err() error {
 // and safe for concurrent use.
 func (p *Proc) Stop() error {
 	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		if p.unwatch != nil {
-			p.unwatch()
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.exited:
-			p.stopErr = fmt.Errorf("%s exited during the run (%v)%s", p.name, p.waitErr, p.OutputText())
+		if p.stopErr = p.endWatch("during the run"); p.stopErr != nil {
 			return
-		default:
 		}
 		if p.stdin != nil {
 			p.stdin.Close()
@@ -204,21 +196,30 @@ func (p *Proc) Stop() error {
 func (p *Proc) Kill() error {
 	var err error
 	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		if p.unwatch != nil {
-			p.unwatch()
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.exited:
-			err = fmt.Errorf("%s exited before it was killed (%v)%s", p.name, p.waitErr, p.OutputText())
+		if err = p.endWatch("before it was killed"); err != nil {
 			return
-		default:
 		}
 		p.cmd.Process.Kill()
 		<-p.exited
 	})
 	return err
+}
+
+// endWatch ends the watch of the start context. If the child has
+// already exited on its own, it returns an error saying so, with the
+// child's output; when words the moment ("during the run").
+func (p *Proc) endWatch(when string) error {
+	p.mu.Lock()
+	if p.unwatch != nil {
+		p.unwatch()
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited %s (%v)%s", p.name, when, p.waitErr, p.OutputText())
+	default:
+		return nil
+	}
 }
 
 // Output returns a copy of the last bytes of the child's output that
