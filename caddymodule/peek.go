@@ -3,11 +3,12 @@ package caddymodule
 import (
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/prefixcache/caddy-prefixcache/dialect"
 )
 
 // readBody reads up to maxBody bytes of r's body and puts them back in
@@ -29,9 +30,9 @@ func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []b
 		return skipEmpty, nil, nil, nil
 	case caddyhttp.IsIncremental(r.Header):
 		return skipIncremental, nil, nil, nil
-	case !identityEncoding(r.Header.Values("Content-Encoding")):
+	case !dialect.IdentityEncoding(r.Header.Values("Content-Encoding")):
 		return skipEncoded, nil, nil, nil
-	case !jsonContentType(r.Header.Get("Content-Type")):
+	case !dialect.JSONMediaType(r.Header.Get("Content-Type")):
 		return skipContentType, nil, nil, nil
 	case r.ContentLength > maxBody:
 		return skipTooLarge, nil, nil, nil
@@ -270,31 +271,4 @@ func (b *replayBody) again() *replayBody {
 		return nil
 	}
 	return &replayBody{buf: b.buf, head: b.head, whole: true, rest: http.NoBody}
-}
-
-// identityEncoding reports whether the body is sent as it is.
-func identityEncoding(values []string) bool {
-	for _, v := range values {
-		if v != "" && v != "identity" {
-			return false
-		}
-	}
-	return true
-}
-
-// jsonContentType accepts a missing type (clients that send JSON without
-// saying so are common), application/json and any +json type, and
-// text/plain, which some clients use to avoid CORS preflights.
-func jsonContentType(ct string) bool {
-	switch ct {
-	case "", "application/json", "application/json; charset=utf-8", "application/json;charset=utf-8", "application/json; charset=UTF-8":
-		// What nearly every client sends, without ParseMediaType's map.
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || mt == "text/plain" ||
-		(len(mt) > 5 && mt[len(mt)-5:] == "+json")
 }

@@ -137,34 +137,6 @@ func TestReplayBodyCloseKeepsUnreadBodyForRetry(t *testing.T) {
 	}
 }
 
-// TestJSONContentType: the fast path for common values agrees with
-// mime.ParseMediaType, and the rest still goes through it.
-func TestJSONContentType(t *testing.T) {
-	for _, tt := range []struct {
-		ct   string
-		want bool
-	}{
-		{"", true},
-		{"application/json", true},
-		{"application/json; charset=utf-8", true},
-		{"application/json;charset=utf-8", true},
-		{"application/json; charset=UTF-8", true},
-		{"Application/JSON", true},
-		{"application/vnd.api+json", true},
-		{"text/plain; charset=utf-8", true},
-		{"application/x-www-form-urlencoded", false},
-		{"application/json; charset", false}, // malformed parameter
-		{"multipart/form-data; boundary=x", false},
-	} {
-		if got := jsonContentType(tt.ct); got != tt.want {
-			t.Errorf("jsonContentType(%q) = %v, want %v", tt.ct, got, tt.want)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { jsonContentType("application/json; charset=utf-8") }); n != 0 {
-		t.Errorf("jsonContentType(application/json; charset=utf-8) allocates %v times, want 0", n)
-	}
-}
-
 // routeView routes r as a whole request (it ends at once) and returns the
 // policy's view of it: the view route derived, or one holding the cause
 // of a skip before any view.

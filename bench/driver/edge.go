@@ -4,19 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
 )
 
 // EdgeEnv is the environment variable that makes a benchmark binary serve
@@ -34,9 +32,6 @@ const (
 	// edgeStopTimeout is how long a child may take to stop Caddy after
 	// its stdin closed before it is killed.
 	edgeStopTimeout = 5 * time.Second
-	// edgeStderrKept bounds the bytes of a child's stderr kept for error
-	// messages.
-	edgeStderrKept = 16 << 10
 )
 
 // ServeEdgeIfChild returns at once unless this process was started by
@@ -94,26 +89,17 @@ type Edge struct {
 	// URL is the edge's base URL, e.g. "http://127.0.0.1:41234".
 	URL string
 
-	name    string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	stderr  *tailBuffer
-	ready   chan struct{}
-	exited  chan struct{} // closed when Wait returned; waitErr is set then
-	waitErr error
-
-	mu       sync.Mutex
-	unwatch  func() bool // ends the watch of the start context
-	stopOnce sync.Once
-	stopErr  error
+	name  string
+	proc  *child.Proc
+	ready chan struct{}
 }
 
 // Pid returns the child's process ID.
-func (e *Edge) Pid() int { return e.cmd.Process.Pid }
+func (e *Edge) Pid() int { return e.proc.Pid() }
 
 // Exited returns a channel closed when the child has exited and been
 // reaped.
-func (e *Edge) Exited() <-chan struct{} { return e.exited }
+func (e *Edge) Exited() <-chan struct{} { return e.proc.Exited() }
 
 // StartEdges starts one child process per configuration, each a Caddy
 // loading that JSON configuration (see ServeEdgeIfChild), and returns
@@ -121,10 +107,10 @@ func (e *Edge) Exited() <-chan struct{} { return e.exited }
 // configs[i] listens on), or the first failure, with the child's stderr;
 // on failure the children already started are stopped.
 //
-// Children are always cleaned up: Stop ends them (their stdin closes,
-// and they are killed if they do not exit in time); ctx's end stops them
-// too; and if this process dies, their stdin closes with it and, on
-// Linux, the kernel kills them (Pdeathsig).
+// Children are always cleaned up (see package child): Stop ends them
+// (their stdin closes, and they are killed if they do not exit in time);
+// ctx's end stops them too; and if this process dies, their stdin closes
+// with it and, on Linux, the kernel kills them.
 func StartEdges(ctx context.Context, configs [][]byte, listens []string) ([]*Edge, error) {
 	if len(configs) != len(listens) {
 		return nil, fmt.Errorf("%d configs for %d listen addresses", len(configs), len(listens))
@@ -151,10 +137,10 @@ func StartEdges(ctx context.Context, configs [][]byte, listens []string) ([]*Edg
 	for _, e := range edges {
 		select {
 		case <-e.ready:
-		case <-e.exited:
-			return fail(fmt.Errorf("%s exited before it was ready (%v)%s", e.name, e.waitErr, e.stderrText()))
+		case <-e.proc.Exited():
+			return fail(fmt.Errorf("%s exited before it was ready (%v)%s", e.name, e.proc.Err(), e.proc.OutputText()))
 		case <-timeout.C:
-			return fail(fmt.Errorf("%s not ready after %v%s", e.name, edgeStartTimeout, e.stderrText()))
+			return fail(fmt.Errorf("%s not ready after %v%s", e.name, edgeStartTimeout, e.proc.OutputText()))
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		}
@@ -162,45 +148,27 @@ func StartEdges(ctx context.Context, configs [][]byte, listens []string) ([]*Edg
 	return edges, nil
 }
 
-// startEdge starts one child without waiting for it to be ready.
+// startEdge starts one child without waiting for it to be ready. The
+// config goes down its stdin, which then stays open for the child's
+// life: its close is the child's signal to stop. Its stderr (Caddy's
+// error logs, as the in-process Caddy writes them) goes to ours, a prefix
+// on each line.
 func startEdge(ctx context.Context, exe, name string, cfg []byte, listen string) (*Edge, error) {
-	e := &Edge{
-		URL:    "http://" + listen,
-		name:   name,
-		stderr: &tailBuffer{max: edgeStderrKept},
-		ready:  make(chan struct{}),
-		exited: make(chan struct{}),
-	}
-	e.cmd = exec.Command(exe, edgeArgs()...)
-	e.cmd.Env = append(os.Environ(), EdgeEnv+"=1")
-	e.cmd.Stdout = &readyWriter{ready: e.ready}
-	// Its stderr (Caddy's error logs, as the in-process Caddy writes
-	// them) goes to ours, a prefix on each line, and its tail is kept for
-	// error messages.
-	e.cmd.Stderr = io.MultiWriter(e.stderr, &prefixWriter{w: os.Stderr, prefix: name + ": "})
-	e.cmd.SysProcAttr = childProcAttr()
-	stdin, err := e.cmd.StdinPipe()
+	e := &Edge{URL: "http://" + listen, name: name, ready: make(chan struct{})}
+	p, err := child.Start(ctx, child.Spec{
+		Name:        name,
+		Path:        exe,
+		Args:        edgeArgs(),
+		Env:         []string{EdgeEnv + "=1"},
+		Stdin:       append(bytes.TrimSpace(cfg), '\n'),
+		Stdout:      &readyWriter{ready: e.ready},
+		Stderr:      &child.PrefixWriter{W: os.Stderr, Prefix: name + ": "},
+		StopTimeout: edgeStopTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
-	e.stdin = stdin
-	if err := e.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		e.waitErr = e.cmd.Wait()
-		close(e.exited)
-	}()
-	// The config goes down the pipe, which then stays open for the
-	// child's life: its close is the child's signal to stop.
-	if _, err := stdin.Write(append(bytes.TrimSpace(cfg), '\n')); err != nil {
-		e.Stop()
-		return nil, fmt.Errorf("sending the config to %s: %w%s", name, err, e.stderrText())
-	}
-	unwatch := context.AfterFunc(ctx, func() { e.Stop() })
-	e.mu.Lock()
-	e.unwatch = unwatch
-	e.mu.Unlock()
+	e.proc = p
 	return e, nil
 }
 
@@ -219,55 +187,15 @@ func edgeArgs() []string {
 // returns an error, with the child's stderr, if the child exited on its
 // own before Stop (it crashed mid-run) or did not exit cleanly. Stop is
 // idempotent and safe for concurrent use.
-func (e *Edge) Stop() error {
-	e.stopOnce.Do(func() {
-		e.mu.Lock()
-		if e.unwatch != nil {
-			e.unwatch()
-		}
-		e.mu.Unlock()
-		select {
-		case <-e.exited:
-			e.stopErr = fmt.Errorf("%s exited during the run (%v)%s", e.name, e.waitErr, e.stderrText())
-			return
-		default:
-		}
-		e.stdin.Close()
-		timer := time.NewTimer(edgeStopTimeout)
-		defer timer.Stop()
-		select {
-		case <-e.exited:
-		case <-timer.C:
-			e.cmd.Process.Kill()
-			<-e.exited
-			e.stopErr = fmt.Errorf("%s did not stop within %v and was killed%s", e.name, edgeStopTimeout, e.stderrText())
-			return
-		}
-		if e.waitErr != nil {
-			e.stopErr = fmt.Errorf("%s: %v%s", e.name, e.waitErr, e.stderrText())
-		}
-	})
-	return e.stopErr
-}
+func (e *Edge) Stop() error { return e.proc.Stop() }
 
 // StopEdges stops every edge, in parallel, and joins their errors.
 func StopEdges(edges []*Edge) error {
-	errs := make([]error, len(edges))
-	var wg sync.WaitGroup
+	procs := make([]*child.Proc, len(edges))
 	for i, e := range edges {
-		wg.Go(func() { errs[i] = e.Stop() })
+		procs[i] = e.proc
 	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// stderrText returns the child's stderr for an error message, or "".
-func (e *Edge) stderrText() string {
-	s := bytes.TrimSpace(e.stderr.Bytes())
-	if len(s) == 0 {
-		return ""
-	}
-	return "; stderr:\n" + string(s)
+	return child.StopAll(procs)
 }
 
 // readyWriter is a child's stdout: it closes ready at the ready line and
@@ -301,71 +229,6 @@ func (w *readyWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// prefixWriter writes each complete line written to it to w, after
-// prefix; a last line without a newline is dropped.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	p.buf = append(p.buf, b...)
-	for {
-		i := bytes.IndexByte(p.buf, '\n')
-		if i < 0 {
-			break
-		}
-		p.w.Write(append([]byte(p.prefix), p.buf[:i+1]...))
-		p.buf = p.buf[i+1:]
-	}
-	return len(b), nil
-}
-
-// tailBuffer keeps the last max bytes written to it; safe for concurrent
-// use.
-type tailBuffer struct {
-	max int
-
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-// Bytes returns a copy of what the buffer holds.
-func (b *tailBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf)
-}
-
 // ReservePorts returns n distinct loopback host:port addresses that were
-// free a moment ago: all n listeners are held open together, so no two
-// are the same.
-func ReservePorts(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	addrs := make([]string, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		lns = append(lns, ln)
-		addrs[i] = ln.Addr().String()
-	}
-	return addrs, nil
-}
+// free a moment ago (child.ReservePorts).
+func ReservePorts(n int) ([]string, error) { return child.ReservePorts(n) }

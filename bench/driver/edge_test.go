@@ -89,7 +89,11 @@ func TestEdgeCrashReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edges[0].cmd.Process.Kill()
+	crash, err := os.FindProcess(edges[0].Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash.Kill()
 	<-edges[0].Exited()
 	if err := StopEdges(edges); err == nil || !strings.Contains(err.Error(), "exited during the run") {
 		t.Errorf("StopEdges after a crash = %v, want \"exited during the run\"", err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strings"
 	"time"
 
@@ -45,11 +44,11 @@ type Proxy struct {
 // off, so that concurrent benchmarks and a developer's own Caddy are not
 // disturbed.
 func StartProxy(caddyfile []byte, upstreams []string, p Policy, timeScale float64) (*Proxy, error) {
-	port, err := freePort()
+	addrs, err := ReservePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := addrs[0]
 	cfg, err := AdaptCaddyfile(caddyfile, map[string]string{
 		"LISTEN":    addr,
 		"UPSTREAMS": strings.Join(upstreams, " "),
@@ -284,14 +283,4 @@ func expandVars(src []byte, vars map[string]string) []byte {
 		}
 		src = src[i+j+1:]
 	}
-}
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
 )
 
 // Bounds on a redis-server's life, in wall time.
@@ -41,16 +42,8 @@ type Redis struct {
 	dir  string // its working directory, removed by Stop
 
 	mu      sync.Mutex
-	proc    *redisProc  // nil while killed
+	proc    *child.Proc // one life of the server; nil while killed
 	unwatch func() bool // ends the watch of the start context
-}
-
-// redisProc is one life of the server.
-type redisProc struct {
-	cmd     *exec.Cmd
-	out     *tailBuffer
-	exited  chan struct{}
-	waitErr error
 }
 
 // RedisNotFound is the error's text when redis-server is not installed.
@@ -92,32 +85,30 @@ func (r *Redis) URL() string { return "redis://" + r.Addr }
 // start runs a new redis-server on r.Addr and waits for its PING.
 func (r *Redis) start(ctx context.Context) error {
 	host, port, _ := net.SplitHostPort(r.Addr)
-	p := &redisProc{out: &tailBuffer{max: edgeStderrKept}, exited: make(chan struct{})}
-	p.cmd = exec.Command(r.path,
-		"--bind", host, "--port", port,
-		"--save", "", "--appendonly", "no", // no persistence: nothing outlives a kill
-		"--dir", r.dir,
-		"--daemonize", "no", "--logfile", "", "--loglevel", "warning",
-	)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = childProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		return fmt.Errorf("starting redis-server: %w", err)
+	p, err := child.Start(context.Background(), child.Spec{
+		Name: "redis-server",
+		Path: r.path,
+		Args: []string{
+			"--bind", host, "--port", port,
+			"--save", "", "--appendonly", "no", // no persistence: nothing outlives a kill
+			"--dir", r.dir,
+			"--daemonize", "no", "--logfile", "", "--loglevel", "warning",
+		},
+		StopSignal:  syscall.SIGTERM,
+		StopTimeout: redisStopTimeout,
+	})
+	if err != nil {
+		return err
 	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
 	r.mu.Lock()
 	r.proc = p
 	r.mu.Unlock()
-	if err := waitPing(ctx, r.Addr, p.exited, redisStartTimeout); err != nil {
-		p.cmd.Process.Kill()
-		<-p.exited
+	if err := waitPing(ctx, r.Addr, p.Exited(), redisStartTimeout); err != nil {
+		p.Kill()
 		r.mu.Lock()
 		r.proc = nil
 		r.mu.Unlock()
-		return fmt.Errorf("redis-server on %s: %w%s", r.Addr, err, outputText(p.out))
+		return fmt.Errorf("redis-server on %s: %w%s", r.Addr, err, p.OutputText())
 	}
 	return nil
 }
@@ -132,14 +123,7 @@ func (r *Redis) Kill() error {
 	if p == nil {
 		return nil
 	}
-	select {
-	case <-p.exited:
-		return fmt.Errorf("redis-server exited before it was killed (%v)%s", p.waitErr, outputText(p.out))
-	default:
-	}
-	p.cmd.Process.Kill()
-	<-p.exited
-	return nil
+	return p.Kill()
 }
 
 // Restart starts a new server on the same address (after Kill) and waits
@@ -165,7 +149,7 @@ func (r *Redis) Running() bool {
 		return false
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 		return false
 	default:
 		return true
@@ -179,7 +163,7 @@ func (r *Redis) Pid() int {
 	if r.proc == nil {
 		return 0
 	}
-	return r.proc.cmd.Process.Pid
+	return r.proc.Pid()
 }
 
 // Stop ends the server (SIGTERM, then SIGKILL after redisStopTimeout) and
@@ -197,21 +181,7 @@ func (r *Redis) Stop() error {
 	r.mu.Unlock()
 	var err error
 	if p != nil {
-		select {
-		case <-p.exited:
-			err = fmt.Errorf("redis-server exited during the run (%v)%s", p.waitErr, outputText(p.out))
-		default:
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			timer := time.NewTimer(redisStopTimeout)
-			select {
-			case <-p.exited:
-			case <-timer.C:
-				p.cmd.Process.Kill()
-				<-p.exited
-				err = fmt.Errorf("redis-server did not stop within %v and was killed%s", redisStopTimeout, outputText(p.out))
-			}
-			timer.Stop()
-		}
+		err = p.Stop()
 	}
 	if dir != "" {
 		os.RemoveAll(dir)
@@ -387,13 +357,4 @@ func info(ctx context.Context, addr, section string) (map[string]string, error) 
 		return nil
 	}, "INFO", section)
 	return fields, err
-}
-
-// outputText returns a process's output for an error message, or "".
-func outputText(b *tailBuffer) string {
-	s := bytes.TrimSpace(b.Bytes())
-	if len(s) == 0 {
-		return ""
-	}
-	return "; output:\n" + string(s)
 }

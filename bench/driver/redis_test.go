@@ -105,8 +105,8 @@ func TestRedisNoPersistence(t *testing.T) {
 	}
 	defer r.Stop()
 	for _, arg := range []string{"--save", "--appendonly"} {
-		if !strings.Contains(strings.Join(r.proc.cmd.Args, " "), arg) {
-			t.Errorf("redis-server args %v lack %s", r.proc.cmd.Args, arg)
+		if !strings.Contains(strings.Join(r.proc.Args(), " "), arg) {
+			t.Errorf("redis-server args %v lack %s", r.proc.Args(), arg)
 		}
 	}
 	if err := r.Kill(); err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Memory held for request bodies by lb_policy prefix_cache against stock
 # policies, in a real Caddy process (issues 18 and 19): builds Caddy with
-# this module and runs the driver (bench/memory/cmd/membench). Extra
+# this module and runs the driver (bench/cmd/membench). Extra
 # arguments go to the driver, e.g.
 #
 #	bench/memory/run.sh -json bench/results/memory/latest.json
@@ -11,4 +11,4 @@ cd "$(dirname "$0")/../.."
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/caddy" ./cmd/caddy
-go run ./bench/memory/cmd/membench -caddy "$bin/caddy" "$@"
+go run ./bench/cmd/membench -caddy "$bin/caddy" "$@"

@@ -2,7 +2,7 @@
 # End-to-end overhead of lb_policy prefix_cache against round_robin
 # (issue 7, docs/overhead.md): builds Caddy with this module and the
 # trivial backend, installs wrk if it is missing, and runs the A/B driver
-# (bench/overhead/cmd/overhead). Extra arguments go to the driver, e.g.
+# (bench/cmd/overhead). Extra arguments go to the driver, e.g.
 #
 #	bench/overhead/run.sh -rounds 4 -duration 10s
 #	bench/overhead/run.sh -sizes 32KB -pin=false
@@ -20,5 +20,5 @@ fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/caddy" ./cmd/caddy
-go build -o "$bin/backend" ./bench/overhead/cmd/backend
-go run ./bench/overhead/cmd/overhead -caddy "$bin/caddy" -backend "$bin/backend" "$@"
+go build -o "$bin/backend" ./bench/cmd/backend
+go run ./bench/cmd/overhead -caddy "$bin/caddy" -backend "$bin/backend" "$@"

@@ -2,7 +2,6 @@ package peers
 
 import (
 	"io"
-	"mime"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -54,15 +53,19 @@ func routingText(r *http.Request) *request {
 // readBody returns r's body if it is a POST with a JSON-ish body of at
 // most limit bytes, and puts the bytes it read back in front of the rest,
 // so the upstream receives the client's exact bytes. It leaves
-// Content-Length and Transfer-Encoding as they are. The conditions are
-// caddymodule/peek.go's readBody; the reading is simpler (one allocation
-// per request is fine in a benchmark).
+// Content-Length and Transfer-Encoding as they are. The media type and
+// encoding it reads are prefix_cache's (dialect.JSONMediaType,
+// dialect.IdentityEncoding). The reading is its own, not caddymodule's
+// peek: that one lends a pooled buffer within the process's body budget
+// and takes it back once the engine has read the body, while the peers
+// keep the body for the routers that tokenize it (one allocation per
+// request is fine in a benchmark).
 func readBody(r *http.Request, limit int64) []byte {
 	switch {
 	case r.Method != http.MethodPost,
 		r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0,
-		!identityEncoding(r.Header.Values("Content-Encoding")),
-		!jsonContentType(r.Header.Get("Content-Type")),
+		!dialect.IdentityEncoding(r.Header.Values("Content-Encoding")),
+		!dialect.JSONMediaType(r.Header.Get("Content-Type")),
 		r.ContentLength > limit:
 		return nil
 	}
@@ -107,28 +110,4 @@ func (b *replayBody) Close() error {
 		return nil
 	}
 	return b.rest.Close()
-}
-
-// identityEncoding reports whether the body is sent as it is.
-func identityEncoding(values []string) bool {
-	for _, v := range values {
-		if v != "" && v != "identity" {
-			return false
-		}
-	}
-	return true
-}
-
-// jsonContentType accepts what prefix_cache accepts: no type,
-// application/json, any +json type and text/plain.
-func jsonContentType(ct string) bool {
-	if ct == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || mt == "text/plain" ||
-		(len(mt) > 5 && mt[len(mt)-5:] == "+json")
 }

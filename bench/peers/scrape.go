@@ -15,6 +15,14 @@ import (
 // llm-d-router metrics extractor maps vLLM's (pkg/epp/framework/plugins/
 // datalayer/extractor/metrics: extractor.go, factories.go
 // defaultEngineConfigs "vllm").
+//
+// They are read here, not with the policy's enginemetrics, because the
+// peer must read what llm-d reads, as llm-d reads it: the cache geometry
+// as two numbers (block_size feeds its prefix scorer's auto-tuning, which
+// enginemetrics' KV tokens do not give back), the KV usage summed over
+// series where enginemetrics keeps the fullest rank, and a scrape of
+// other metrics answered with zeros where enginemetrics says the engine
+// is unknown.
 type engineMetrics struct {
 	waiting   int     // vllm:num_requests_waiting
 	kvUsage   float64 // vllm:kv_cache_usage_perc, 0 to 1

@@ -8,6 +8,7 @@
 //	go run ./bench/cmd/prefixbench -workload mooncake -mooncake-duration 10m -time-scale 0.1
 //	go run ./bench/cmd/prefixbench -smoke
 //	go run ./bench/cmd/prefixbench -workload chat -edges 4 -sync redis
+//	go run ./bench/cmd/prefixbench -render bench/results/shared-prefix.json
 //
 // With -edges N > 1, N Caddy processes with the same configuration stand
 // in front of the fleet: the command re-executes itself as each edge (see
@@ -20,8 +21,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +63,7 @@ type options struct {
 	svgOut     string
 	mdOut      string
 	smoke      bool
+	render     string
 	noBound    bool
 	boundOnly  bool
 	workingSet float64
@@ -96,6 +100,7 @@ func run() error {
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.svgOut, "svg", "", "write an SVG chart to this file")
 	flag.StringVar(&o.mdOut, "md", "", "write the markdown tables to this file instead of stdout")
+	flag.StringVar(&o.render, "render", "", "print the markdown tables of this -json file, as the run that wrote it printed them, and exit")
 	flag.BoolVar(&o.smoke, "smoke", false, "run a few-second end-to-end check of the pipeline and exit non-zero if figures are missing")
 	flag.BoolVar(&o.noBound, "no-bound", false, "skip the upper bound")
 	flag.BoolVar(&o.boundOnly, "bound-only", false, "compute and print the workloads' upper bounds, run no policy")
@@ -130,6 +135,9 @@ func run() error {
 	root, err := driver.RepoRoot()
 	if err != nil && (o.caddyfile == "" || (o.mooncakePath == "" && strings.Contains(o.workloads, "mooncake"))) {
 		return err
+	}
+	if o.render != "" {
+		return render(os.Stdout, o.render)
 	}
 	if o.smoke {
 		return smoke(ctx, root, o)
@@ -323,6 +331,21 @@ func writeOutputs(o options, results []*driver.Result) error {
 		}
 	}
 	return nil
+}
+
+// render writes the markdown tables of the results in the -json file
+// path: the tables the run printed, so that a results directory needs
+// to keep only its JSON.
+func render(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var results []*driver.Result
+	if err := json.Unmarshal(b, &results); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return report.Markdown(w, results)
 }
 
 func writeFile(path string, write func(*os.File) error) error {

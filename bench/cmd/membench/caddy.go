@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prefixcache/caddy-prefixcache/bench/child"
+)
+
+// caddyProc is one Caddy process under measurement: the real binary
+// (`caddy run`), so its memory is what an operator's Caddy would use, with
+// the memory limit Caddy's main sets (90% of the machine's memory here).
+type caddyProc struct {
+	proc  *child.Proc
+	site  string // base URL of the proxied site
+	admin string // base URL of the admin API
+}
+
+// siteConfig is the JSON config of one site proxying to upstreams with
+// policy (a selection policy object), HTTP/1.1 and h2c on the site.
+func siteConfig(site, admin string, upstreams []string, policy map[string]any) []byte {
+	var ups []map[string]any
+	for _, u := range upstreams {
+		ups = append(ups, map[string]any{"dial": u})
+	}
+	cfg := map[string]any{
+		"admin":   map[string]any{"listen": admin, "config": map[string]any{"persist": false}},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
+		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"bench": map[string]any{
+			"listen":    []string{site},
+			"protocols": []string{"h1", "h2", "h2c"},
+			"metrics":   map[string]any{},
+			"routes": []any{map[string]any{"handle": []any{map[string]any{
+				"handler":        "reverse_proxy",
+				"upstreams":      ups,
+				"flush_interval": -1,
+				"load_balancing": map[string]any{"selection_policy": policy},
+			}}}},
+		}}}},
+	}
+	b, _ := json.Marshal(cfg)
+	return b
+}
+
+// startCaddy runs bin with cfg and waits until its admin API and site
+// (host:port addresses) listen.
+func startCaddy(bin, dir string, cfg []byte, site, admin string) (*caddyProc, error) {
+	path := filepath.Join(dir, "caddy-"+strings.ReplaceAll(site, ":", "-")+".json")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return nil, err
+	}
+	spec := child.Caddy("caddy", bin, dir, path, "")
+	spec.StopTimeout = 10 * time.Second
+	p, err := child.Start(context.Background(), spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := child.WaitListening(p, 30*time.Second, admin, site); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("caddy did not start: %w", err)
+	}
+	return &caddyProc{proc: p, site: "http://" + site, admin: "http://" + admin}, nil
+}
+
+func (c *caddyProc) stop() { c.proc.Stop() }
+
+// rss returns the process's resident set and its peak (VmRSS, VmHWM), in
+// bytes.
+func (c *caddyProc) rss() (cur, peak int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.proc.Pid()))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(fields[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			cur = n << 10
+		case "VmHWM":
+			peak = n << 10
+		}
+	}
+	return cur, peak
+}
+
+// metric returns the samples of Caddy's /metrics whose name starts with
+// prefix, by full series name.
+func (c *caddyProc) metric(prefix string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(c.admin + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// sampler records the maxima of Caddy's RSS, of the policy's body bytes
+// in use and allocated, and of Go's heap in use, every interval until
+// stopped.
+type sampler struct {
+	c      *caddyProc
+	stopCh chan struct{}
+	done   sync.WaitGroup
+	mu     sync.Mutex
+	peaks  peaks
+}
+
+type peaks struct {
+	RSS       int64
+	InUse     float64
+	Allocated float64
+	Heap      float64
+}
+
+func sample(c *caddyProc, every time.Duration) *sampler {
+	s := &sampler{c: c, stopCh: make(chan struct{})}
+	s.done.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			cur, _ := c.rss()
+			m := c.metric("")
+			s.mu.Lock()
+			s.peaks.RSS = max(s.peaks.RSS, cur)
+			s.peaks.InUse = max(s.peaks.InUse, m["caddy_prefix_cache_body_bytes_in_use"])
+			s.peaks.Allocated = max(s.peaks.Allocated, m["caddy_prefix_cache_body_bytes_allocated"])
+			s.peaks.Heap = max(s.peaks.Heap, m["go_memstats_heap_inuse_bytes"])
+			s.mu.Unlock()
+			select {
+			case <-s.stopCh:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return s
+}
+
+func (s *sampler) stop() peaks {
+	close(s.stopCh)
+	s.done.Wait()
+	return s.peaks
+}
+
+// drain reads r to its end.
+func drain(r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
