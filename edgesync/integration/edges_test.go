@@ -344,13 +344,20 @@ func TestRedisDownLosesNothing(t *testing.T) {
 	waitFor(t, 5*time.Second, "edge B applies a placement after Redis came back", func() bool { return stats(t, edges[1]).Sync.AppliedConfirmed > before })
 }
 
-// publish sends msg on the channel as any Redis client could, speaking
+// publish sends msgs on the channel as any Redis client could, speaking
 // RESP directly.
 func publish(t *testing.T, addr string, msgs ...[]byte) {
 	t.Helper()
+	if err := publishTo(addr, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishTo is publish for a goroutine, which must not call t.Fatal.
+func publishTo(addr string, msgs ...[]byte) error {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	w := bufio.NewWriter(conn)
@@ -359,13 +366,16 @@ func publish(t *testing.T, addr string, msgs ...[]byte) {
 		w.Write(m)
 		w.WriteString("\r\n")
 	}
-	w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
 	br := bufio.NewReader(conn)
 	for range msgs {
 		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // A hostile publisher on the channel cannot crash an edge, intern a name,
