@@ -26,6 +26,17 @@ import (
 // sharing the index) or one of this policy's static upstreams: a hostile
 // publisher can at worst mis-route within the pools, never intern a name,
 // fail a request or grow the index past its bound.
+//
+// Remote placements: without hash_key, anyone who can publish on the
+// channel can send a Confirmed, so an unkeyed edge applies Confirmed as
+// it applies Placed, on probation (prefixindex.Record): it can evict only
+// other unconfirmed entries, the probation share of each shard (a
+// quarter by default), and never what this edge's own answered requests
+// confirmed. A flood of confirmations under made-up tenant scopes, which
+// filled the index and turned a tenant's match cold, now churns only
+// that share. An entry learned from another edge becomes protected when
+// a request of this edge is answered from it. With hash_key, a message
+// that verifies comes from an edge of the tier, and Confirmed confirms.
 
 // origin names this process's messages, so that it ignores its echoes.
 var origin = edgesync.NewOrigin()
@@ -217,9 +228,11 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 	if m.Scope != 0 && s.Tenant != "" {
 		scope = s.state.index.Scope(m.Scope, *s.TenantShare)
 	}
-	if m.Kind == edgesync.Confirmed {
+	if m.Kind == edgesync.Confirmed && ss.auth != nil {
 		s.state.index.Confirm(scope, ss.hashes, id)
 	} else {
+		// Unsigned, a confirmation is anyone's word: on probation, where
+		// it evicts no confirmed entry (see remote placements above).
 		s.state.index.Record(scope, ss.hashes, id)
 	}
 	ss.applied[m.Kind].Add(1)

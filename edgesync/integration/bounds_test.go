@@ -126,3 +126,41 @@ func TestForgedLoadCannotSteerTheTier(t *testing.T) {
 		t.Errorf("under forged load: %d", code)
 	}
 }
+
+// TestPlacementFloodKeepsTenantsMatch: a flood of confirmed placements
+// under made-up tenant scopes, a hundred times the index, is applied on
+// an unkeyed tier on probation, so it evicts nothing a tenant's answered
+// requests confirmed: the tenant's conversation is still a match after
+// it, and the index stays within max_entries.
+func TestPlacementFloodKeepsTenantsMatch(t *testing.T) {
+	r := startRedis(t)
+	bs := newBackends(t, 4)
+	edges := startTier(t, 1, bs, r.URL(), "tenant {http.request.header.Authorization}\n\t\t\tmax_entries 4096")
+	e := edges[0]
+	waitFor(t, 10*time.Second, "connected", func() bool { return stats(t, e).Sync.Connected })
+	captured := readChannel(t, r.Addr)
+
+	system := words("flood-system", 600)
+	_, home, _ := send(t, e.url, "Bearer a", chat(system, "q"))
+	captured(2) // the edge published its placement and, once answered, its confirmation
+
+	var flood [][]byte
+	for i := range 200 { // 200 x 2048 unique hashes: 100 times the index
+		hashes := make([]uint64, 2048)
+		for j := range hashes {
+			hashes[j] = uint64(i+1)<<32 | uint64(j)
+		}
+		m := edgesync.Message{Origin: 0xbad, Kind: edgesync.Confirmed, ChunkSize: 256,
+			Scope: uint64(i+1) * 0x9e3779b97f4a7c15, Upstream: dialOf(bs, "b0"), Hashes: hashes}
+		flood = append(flood, m.AppendBinary(nil))
+	}
+	before := stats(t, e).Sync.AppliedConfirmed
+	publish(t, r.Addr, flood...)
+	waitFor(t, 10*time.Second, "the flood is applied", func() bool { return stats(t, e).Sync.AppliedConfirmed == before+200 })
+	if n := stats(t, e).Entries; n > 4096 {
+		t.Errorf("%d entries after the flood, more than max_entries 4096", n)
+	}
+	if _, got, reason := send(t, e.url, "Bearer a", chat(system, "q", "a", "q2")); reason != "match" || got != home {
+		t.Errorf("tenant a's second turn after the flood: %s (%s), want a match on %s", got, reason, home)
+	}
+}
