@@ -37,6 +37,12 @@ func init() {
 //	                                         forget what one upstream was believed to hold, e.g.
 //	                                         after that engine restarted
 //
+// With sync and hash_key, flush and forget also go to every other edge of
+// the tier, which applies them to each of its policies syncing on the
+// same channel (synccommand.go); their answers say whether they were
+// sent (sent_to_tier), and whether a target syncs without hash_key
+// (unkeyed_sync), whose other edges a flush or forget does not reach.
+//
 // Each instance has a number no other instance of the process had before
 // (stats lists them), so ?instance=N names the same policy while an old
 // and a new config overlap during a reload.
@@ -401,11 +407,13 @@ func (a *AdminAPI) flush(w http.ResponseWriter, r *http.Request) error {
 	flushed := map[*sharedState]bool{}
 	for _, t := range targets {
 		if !flushed[t.s.state] {
-			t.s.state.index.Flush()
+			t.s.state.flush()
 			flushed[t.s.state] = true
 		}
 	}
-	return writeJSON(w, map[string]any{"flushed_indexes": len(flushed)})
+	out := map[string]any{"flushed_indexes": len(flushed)}
+	out["sent_to_tier"], out["unkeyed_sync"] = publishCommand(edgesync.Command{Kind: edgesync.FlushKind}, targets)
+	return writeJSON(w, out)
 }
 
 // forget forgets one upstream in the indexes of the named instances (all
@@ -435,14 +443,10 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		done[st] = true
-		id, known := st.index.ID(dial)
-		if !known {
-			continue
+		if n, known := st.forget(dial); known {
+			exists = true
+			entries += n
 		}
-		exists = true
-		entries += st.index.Owned()[dial]
-		st.index.Forget(dial)
-		st.fleet.Forget(id)
 	}
 	if !exists {
 		// A typo, or the wrong edge: saying 200 with nothing forgotten
@@ -456,7 +460,9 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		caddy.Log().Named("prefix_cache").Info("forgot an upstream on request of the admin API",
 			zap.String("upstream", dial), zap.Int("entries", entries))
 	}
-	return writeJSON(w, map[string]any{"upstream": dial, "forgotten_entries": entries})
+	out := map[string]any{"upstream": dial, "forgotten_entries": entries}
+	out["sent_to_tier"], out["unkeyed_sync"] = publishCommand(edgesync.Command{Kind: edgesync.ForgetKind, Upstream: dial}, targets)
+	return writeJSON(w, out)
 }
 
 type numbered struct {

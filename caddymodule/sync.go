@@ -64,11 +64,13 @@ type syncState struct {
 	hashes   []prefixindex.Hash
 	recvLoad edgesync.LoadReport
 	loads    []fleet.Load
+	cmd      edgesync.Command
+	seen     map[[2]uint64]time.Time // commands applied lately (fresh)
 
 	stopLoad chan struct{} // ends reportLoad
 	stopOnce sync.Once
 
-	applied  [4]atomic.Uint64 // by Kind
+	applied  [8]atomic.Uint64 // by Kind
 	rejected [numRejections]atomic.Uint64
 	lag      atomic.Int64 // ns, of the last message applied
 }
@@ -83,10 +85,12 @@ const (
 	rejectVersion                    // another wire format version
 	rejectOrigins                    // a load report from one edge too many
 	rejectAuth                       // with hash_key: its tag does not verify
+	rejectUnsigned                   // a flush or forget on an unkeyed tier
+	rejectStale                      // a flush or forget sent long ago, or applied already
 	numRejections
 )
 
-var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins", "unauthenticated"}
+var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins", "unauthenticated", "unsigned_command", "stale_command"}
 
 // decodeRejection is why a message that failed to decode was rejected: a
 // version this build does not read is counted apart from garbage, so that
@@ -199,8 +203,12 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 			return
 		}
 	}
-	if edgesync.KindOf(msg) == edgesync.LoadKind {
+	switch k := edgesync.KindOf(msg); {
+	case k == edgesync.LoadKind:
 		s.receiveLoad(msg)
+		return
+	case edgesync.IsCommand(k):
+		s.receiveCommand(msg)
 		return
 	}
 	m := &ss.recv

@@ -212,7 +212,8 @@ func send(t *testing.T, url, auth string, body []byte) (int, string, string) {
 
 // syncStats is what an edge's admin API says of its sync.
 type syncStats struct {
-	Entries int `json:"entries"`
+	Entries int            `json:"entries"`
+	Indexed map[string]int `json:"indexed_upstreams"`
 	Sync    struct {
 		Connected        bool              `json:"connected"`
 		AppliedPlaced    uint64            `json:"applied_placed"`
