@@ -133,6 +133,14 @@ type syncStats struct {
 	TierEdges int               `json:"tier_edges"`
 	Rejected  map[string]uint64 `json:"rejected"`
 	LastLag   string            `json:"last_lag"`
+	// CatchUpRequests counts the times this instance asked the other
+	// edges for their recent placements (it started empty, or its
+	// transport reconnected); CatchUpSent the placements it published
+	// again when another edge asked.
+	CatchUpRequests uint64 `json:"catch_up_requests"`
+	CatchUpSent     uint64 `json:"catch_up_sent"`
+	AppliedFlush    uint64 `json:"applied_flush"`
+	AppliedForget   uint64 `json:"applied_forget"`
 }
 
 type upstreamStats struct {
@@ -271,6 +279,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				TierEdges:        s.state.fleet.Edges(),
 				Rejected:         map[string]uint64{},
 				LastLag:          time.Duration(ss.lag.Load()).String(),
+				CatchUpRequests:  ss.catchUp.requested.Load(),
+				CatchUpSent:      ss.catchUp.answered.Load(),
+				AppliedFlush:     ss.applied[edgesync.FlushKind].Load(),
+				AppliedForget:    ss.applied[edgesync.ForgetKind].Load(),
 			}
 			for r, name := range rejectionNames {
 				is.Sync.Rejected[name] = ss.rejected[r].Load()

@@ -67,7 +67,9 @@ type syncState struct {
 	cmd      edgesync.Command
 	seen     map[[2]uint64]time.Time // commands applied lately (fresh)
 
-	stopLoad chan struct{} // ends reportLoad
+	catchUp catchUp // recent placements, to answer edges that catch up
+
+	stopLoad chan struct{} // ends reportLoad and watchCatchUp
 	stopOnce sync.Once
 
 	applied  [8]atomic.Uint64 // by Kind
@@ -136,10 +138,12 @@ func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
 		limits:    edgesync.Limits{MaxHashes: s.MaxChunks},
 		stopLoad:  make(chan struct{}),
 	}
+	s.sync.catchUp.asked = make(chan struct{}, 1)
 	if s.keys.auth != nil {
 		s.sync.auth = newSyncAuth(s.keys.auth)
 	}
 	s.sync.cancel = t.Subscribe(s.receive)
+	go s.watchCatchUp(s.sync.stopLoad)
 }
 
 // publish tells the other edges that this one sent v's prompt to dial,
@@ -169,6 +173,9 @@ func (s *PrefixCacheSelection) publish(kind edgesync.Kind, v *view, dial string,
 		eb.out = s.sync.seal(eb.out)
 		if s.sync.transport.Publish(eb.out) {
 			metrics.syncPublished(kind)
+		}
+		if kind == edgesync.Confirmed {
+			s.sync.catchUp.recent.add(eb.out) // for edges that catch up
 		}
 	}
 	eb.msg.Upstream = ""

@@ -73,7 +73,8 @@ func (s *PrefixCacheSelection) receiveCommand(msg []byte) {
 		return // our own
 	}
 	if c.Kind == edgesync.CatchUpKind {
-		return // not a command this edge answers
+		s.askCatchUp() // not an order: even an unkeyed edge answers
+		return
 	}
 	if ss.auth == nil {
 		ss.reject(rejectUnsigned)
@@ -131,6 +132,11 @@ func publishCommand(c edgesync.Command, targets []numbered) (sent, unkeyed bool)
 // another edge.
 func (st *sharedState) flush() {
 	st.index.Flush()
+	eachInstance(func(x *PrefixCacheSelection) {
+		if x.state == st && x.sync != nil {
+			x.sync.catchUp.recent.filter(func([]byte) bool { return false })
+		}
+	})
 }
 
 // forget forgets what the upstream dial was believed to hold in the
@@ -148,6 +154,9 @@ func (st *sharedState) forget(dial string) (entries int, known bool) {
 	eachInstance(func(x *PrefixCacheSelection) {
 		if x.state == st {
 			x.upstreams.invalidate()
+			if x.sync != nil {
+				x.forgetRecent(dial)
+			}
 		}
 	})
 	return entries, true

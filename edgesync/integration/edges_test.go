@@ -220,6 +220,8 @@ type syncStats struct {
 		AppliedConfirmed uint64            `json:"applied_confirmed"`
 		TierEdges        int               `json:"tier_edges"`
 		Rejected         map[string]uint64 `json:"rejected"`
+		CatchUpRequests  uint64            `json:"catch_up_requests"`
+		CatchUpSent      uint64            `json:"catch_up_sent"`
 	} `json:"sync"`
 }
 

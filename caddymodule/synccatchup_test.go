@@ -1,0 +1,37 @@
+package caddymodule
+
+import (
+	"bytes"
+	"testing"
+)
+
+// The placements kept for edges that catch up stay within
+// catchUpMessages and catchUpBytes, the newest kept, oldest first; a
+// filter keeps the order.
+func TestRecentPlacementsBounded(t *testing.T) {
+	var r recentPlacements
+	for i := range catchUpMessages + 100 {
+		r.add([]byte{byte(i), byte(i >> 8)})
+	}
+	got := r.snapshot(nil)
+	last := catchUpMessages + 99
+	if len(got) != catchUpMessages || !bytes.Equal(got[0], []byte{100, 0}) || !bytes.Equal(got[len(got)-1], []byte{byte(last), byte(last >> 8)}) {
+		t.Fatalf("after %d small messages: %d kept, first %v, last %v; want the last %d", catchUpMessages+100, len(got), got[0], got[len(got)-1], catchUpMessages)
+	}
+	big := bytes.Repeat([]byte{1}, catchUpBytes/3+1)
+	for range 5 {
+		r.add(big)
+	}
+	if r.bytes > catchUpBytes || len(r.snapshot(nil)) != 2 {
+		t.Errorf("after five messages of a third of catchUpBytes: %d bytes in %d messages, want at most %d in 2", r.bytes, r.n, catchUpBytes)
+	}
+	r.add(make([]byte, catchUpBytes+1))
+	if r.n != 2 {
+		t.Errorf("a message larger than catchUpBytes was kept")
+	}
+	r.add([]byte("keep"))
+	r.filter(func(m []byte) bool { return len(m) < 10 })
+	if got := r.snapshot(nil); len(got) != 1 || string(got[0]) != "keep" || r.bytes != 4 {
+		t.Errorf("filter kept %q (%d bytes), want only \"keep\"", got, r.bytes)
+	}
+}
