@@ -170,12 +170,12 @@ func (s *PrefixCacheSelection) publish(kind edgesync.Kind, v *view, dial string,
 	}
 	eb.out = eb.msg.AppendBinary(eb.out[:0])
 	if len(eb.out) > 0 {
+		if kind == edgesync.Confirmed {
+			s.sync.catchUp.recent.add(eb.out) // for edges that catch up
+		}
 		eb.out = s.sync.seal(eb.out)
 		if s.sync.transport.Publish(eb.out) {
 			metrics.syncPublished(kind)
-		}
-		if kind == edgesync.Confirmed {
-			s.sync.catchUp.recent.add(eb.out) // for edges that catch up
 		}
 	}
 	eb.msg.Upstream = ""

@@ -46,7 +46,9 @@ const (
 )
 
 // recentPlacements is a ring of the last confirmed placements an
-// instance published, as it published them (signed with hash_key).
+// instance published, encoded, before any tag: an answer sends them
+// again with the time they are sent again (so the receivers' lag stays
+// the channel's) and a fresh tag.
 type recentPlacements struct {
 	mu    sync.Mutex
 	msgs  [catchUpMessages][]byte // each slot's buffer is reused
@@ -172,7 +174,8 @@ func (s *PrefixCacheSelection) answerCatchUp(stop <-chan struct{}) {
 			case <-time.After(catchUpPace):
 			}
 		}
-		if ss.transport.Publish(m) {
+		edgesync.SetSent(m, time.Now().UnixNano())
+		if ss.transport.Publish(ss.seal(m)) {
 			ss.catchUp.answered.Add(1)
 		}
 	}
@@ -184,9 +187,6 @@ func (s *PrefixCacheSelection) forgetRecent(dial string) {
 	ss := s.sync
 	var m edgesync.Message
 	ss.catchUp.recent.filter(func(b []byte) bool {
-		if ss.auth != nil && len(b) >= tagSize {
-			b = b[:len(b)-tagSize]
-		}
 		return m.Decode(b, ss.limits) != nil || m.Upstream != dial
 	})
 }

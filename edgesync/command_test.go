@@ -78,3 +78,35 @@ func FuzzCommandDecode(f *testing.F) {
 		}
 	})
 }
+
+// SetSent rewrites the time of a message of every kind, and nothing else.
+func TestSetSent(t *testing.T) {
+	m := Message{Origin: 1, Sent: 2, Kind: Confirmed, ChunkSize: 256, Upstream: "a:1", Hashes: []uint64{3}}
+	r := LoadReport{Origin: 1, Sent: 2, Upstreams: []UpstreamLoad{{Upstream: "a:1", Requests: 3}}}
+	c := Command{Kind: FlushKind, Origin: 1, Sent: 2}
+	for _, b := range [][]byte{m.AppendBinary(nil), r.AppendBinary(nil), c.AppendBinary(nil)} {
+		if !SetSent(b, 99) {
+			t.Fatalf("SetSent(%x) = false", b)
+		}
+		var gm Message
+		var gr LoadReport
+		var gc Command
+		switch KindOf(b) {
+		case Confirmed:
+			if err := gm.Decode(b, Limits{}); err != nil || gm.Sent != 99 || gm.Origin != 1 || gm.Hashes[0] != 3 {
+				t.Errorf("placement after SetSent: %+v, %v", gm, err)
+			}
+		case LoadKind:
+			if err := gr.Decode(b, 0); err != nil || gr.Sent != 99 || gr.Upstreams[0].Requests != 3 {
+				t.Errorf("load report after SetSent: %+v, %v", gr, err)
+			}
+		case FlushKind:
+			if err := gc.Decode(b); err != nil || gc.Sent != 99 || gc.Origin != 1 {
+				t.Errorf("command after SetSent: %+v, %v", gc, err)
+			}
+		}
+	}
+	if SetSent([]byte("PC\x01\x02short"), 1) || SetSent(make([]byte, 40), 1) {
+		t.Errorf("SetSent accepted a message too short or not of this format")
+	}
+}
