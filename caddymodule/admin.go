@@ -160,7 +160,12 @@ type upstreamStats struct {
 	// counts them with this edge's.
 	RemoteInFlight      int   `json:"remote_in_flight"`
 	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
-	Owned               int   `json:"owned_entries"`
+	// RemoteInFlightCounted is what of RemoteInFlight the bound counts
+	// for the next request: at most fleet.RemoteRatio times this edge's
+	// own in flight there plus one. Below RemoteInFlight in an honest
+	// tier, the tier is larger or more skewed than the clamp allows for.
+	RemoteInFlightCounted int `json:"remote_in_flight_counted"`
+	Owned                 int `json:"owned_entries"`
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
@@ -298,6 +303,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				fs := s.state.fleet.Read(tab.ids[i], u.Dial, now, &s.fleetOptions)
 				us.InFlightBytes, us.PrefillBacklog = fs.Bytes, fs.Queued
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
+				if s.fleetOptions.Tier {
+					tier := fleet.Options{Tier: true} // the reports alone, not the engine's count
+					us.RemoteInFlightCounted = s.state.fleet.Counted(fleet.State{}, tab.ids[i], u.Dial, now, us.InFlight, 0, &tier).RemoteRequests
+				}
 				if c, ok := s.state.fleet.Answers(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
 						Answers: c.Answers, PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/fleet"
 )
 
 // forgeLoad publishes, every 50 ms until the test ends, load reports of
@@ -83,6 +84,13 @@ func TestForgedLoadCannotSteerTheTier(t *testing.T) {
 		}
 		return true
 	})
+	for _, d := range forged {
+		// The stats count for a request to come: the reports clamped to
+		// RemoteRatio times the edge's own in flight there, plus one.
+		if u := upstreams(t, e)[d]; u.Counted != fleet.RemoteRatio*(u.InFlight+1) {
+			t.Errorf("%s: %d remote requests reported, %d counted with %d of the edge's own; want %d counted", d, u.RemoteInFlight, u.Counted, u.InFlight, fleet.RemoteRatio*(u.InFlight+1))
+		}
+	}
 
 	// Warm: every conversation's next turn stays home.
 	for c := range 8 {

@@ -445,6 +445,7 @@ type upstreamStats struct {
 	Dial           string `json:"dial"`
 	InFlight       int    `json:"in_flight"`
 	RemoteInFlight int    `json:"remote_in_flight"`
+	Counted        int    `json:"remote_in_flight_counted"`
 	PrefillBacklog int64  `json:"prefill_backlog_bytes"`
 }
 
