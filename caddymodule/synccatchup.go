@@ -13,10 +13,13 @@ import (
 // placements as it published them (recentPlacements), and an edge whose
 // subscription comes up asks for them (edgesync.CatchUpKind); every
 // other edge then publishes its recent ones again, and the newcomer
-// applies them as it applies any placement. The answer is bounded: at
+// applies them as it applies any placement. An edge whose subscription
+// comes up also publishes its own again, for the others who missed them
+// (it placed them while it could not publish, or they could not hear). The answer is bounded: at
 // most catchUpMessages messages and catchUpBytes bytes per edge, at most
-// once per catchUpGap whoever asks and however often, paced so that it
-// does not crowd the transport's queue out of the edge's own messages.
+// once per catchUpGap whoever asks and however often (and once more each
+// time its own subscription comes up), paced so that it does not crowd
+// the transport's queue out of the edge's own messages.
 // Every edge receives the answer, and re-applying what it already holds
 // only refreshes it. A request from the channel is not an order (it
 // changes no index), so even an unkeyed edge answers one: a publisher
@@ -132,7 +135,7 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 	if up && s.state.index.Stats().Entries == 0 {
 		s.requestCatchUp()
 	}
-	var last time.Time
+	var last time.Time // of the last answer to a request
 	for {
 		select {
 		case <-stop:
@@ -140,15 +143,23 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 		case <-t.C:
 			now := ss.transport.Status().Connected
 			if now && !up {
+				// Back (or up at last): ask for what the others placed
+				// meanwhile, and tell them what this edge placed, which
+				// it could not publish, or which they missed, being
+				// down themselves when it did. The first of two edges
+				// to reconnect asks while the other cannot hear yet;
+				// the other's telling makes up for it.
 				s.requestCatchUp()
+				s.answerCatchUp(stop)
 			}
 			up = now
 		case <-ss.catchUp.asked:
 			if !last.IsZero() && time.Since(last) < catchUpGap {
 				continue
 			}
-			last = time.Now()
-			s.answerCatchUp(stop)
+			if s.answerCatchUp(stop) > 0 {
+				last = time.Now()
+			}
 		}
 	}
 }
@@ -163,22 +174,26 @@ func (s *PrefixCacheSelection) requestCatchUp() {
 }
 
 // answerCatchUp publishes the instance's recent placements again,
-// letting the transport's queue drain whenever it is half full.
-func (s *PrefixCacheSelection) answerCatchUp(stop <-chan struct{}) {
+// letting the transport's queue drain whenever it is half full, and
+// returns how many the transport took.
+func (s *PrefixCacheSelection) answerCatchUp(stop <-chan struct{}) int {
 	ss := s.sync
+	n := 0
 	for _, m := range ss.catchUp.recent.snapshot(nil) {
 		for st := ss.transport.Status(); st.Buffer > 0 && 2*st.Queued >= st.Buffer; st = ss.transport.Status() {
 			select {
 			case <-stop:
-				return
+				return n
 			case <-time.After(catchUpPace):
 			}
 		}
 		edgesync.SetSent(m, time.Now().UnixNano())
 		if ss.transport.Publish(ss.seal(m)) {
 			ss.catchUp.answered.Add(1)
+			n++
 		}
 	}
+	return n
 }
 
 // forgetRecent drops the kept placements naming dial, so that an answer

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -42,5 +43,40 @@ func TestNewEdgeCatchesUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReconnectedEdgesCatchUp: what edge A placed while Redis was down,
+// and so could not publish, reaches edge B once both have reconnected:
+// each asks the other for its recent placements, and B's first request
+// of A's conversation is a match on its home.
+func TestReconnectedEdgesCatchUp(t *testing.T) {
+	r := startRedis(t)
+	bs := newBackends(t, 4)
+	edges := startTier(t, 2, bs, r.URL(), "")
+	a, b := edges[0], edges[1]
+	waitFor(t, 10*time.Second, "both edges connected", func() bool { return stats(t, a).Sync.Connected && stats(t, b).Sync.Connected })
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the edges notice Redis is gone", func() bool { return !stats(t, a).Sync.Connected && !stats(t, b).Sync.Connected })
+	const conversations = 4
+	homes := map[int]string{}
+	for c := range conversations {
+		_, homes[c], _ = send(t, a.url, "", chat(words(fmt.Sprintf("while-down-%d", c), 300), "first"))
+	}
+	asked := stats(t, b).Sync.CatchUpRequests
+	if err := r.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "edge B reconnects and asks", func() bool { return stats(t, b).Sync.CatchUpRequests > asked })
+	waitFor(t, 10*time.Second, "edge B applies what edge A placed while Redis was down", func() bool {
+		return stats(t, b).Sync.AppliedConfirmed >= conversations
+	})
+	for c := range conversations {
+		_, got, reason := send(t, b.url, "", chat(words(fmt.Sprintf("while-down-%d", c), 300), "first", "answer", "second"))
+		if got != homes[c] || reason != "match" {
+			t.Errorf("conversation %d, placed by edge A while Redis was down, on edge B after: %s (%s), want a match on %s", c, got, reason, homes[c])
+		}
 	}
 }
