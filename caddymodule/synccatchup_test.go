@@ -3,6 +3,9 @@ package caddymodule
 import (
 	"bytes"
 	"testing"
+
+	"github.com/prefixcache/caddy-prefixcache/edgesync"
+	"github.com/prefixcache/caddy-prefixcache/prefixindex"
 )
 
 // The placements kept for edges that catch up stay within
@@ -33,5 +36,31 @@ func TestRecentPlacementsBounded(t *testing.T) {
 	r.filter(func(m []byte) bool { return len(m) < 10 })
 	if got := r.snapshot(nil); len(got) != 1 || string(got[0]) != "keep" || r.bytes != 4 {
 		t.Errorf("filter kept %q (%d bytes), want only \"keep\"", got, r.bytes)
+	}
+}
+
+// Keeping a confirmed placement for edges that catch up allocates
+// nothing in steady state, once the kept slots have grown to the
+// messages' size; and publishing a confirmation keeps it.
+func TestKeepPlacementAllocs(t *testing.T) {
+	s := syncing(t, "publish-allocs", 7019, poolOf("10.7.1.1:8000"))
+	v := &view{hashes: make([]prefixindex.Hash, 64)}
+	for i := range v.hashes {
+		v.hashes[i] = prefixindex.Hash(i + 1)
+	}
+	for range catchUpMessages + 1 {
+		s.publish(edgesync.Confirmed, v, "10.7.1.1:8000", 0)
+	}
+	r := &s.sync.catchUp.recent
+	if r.n != catchUpMessages {
+		t.Errorf("%d placements kept after %d published, want %d", r.n, catchUpMessages+1, catchUpMessages)
+	}
+	msg := r.snapshot(nil)[0]
+	n := testing.AllocsPerRun(2*catchUpMessages, func() { r.add(msg) })
+	if raceEnabled {
+		t.Skip("allocation counts mean nothing under the race detector; .ci/run counts them without it")
+	}
+	if n != 0 {
+		t.Errorf("keeping a placement allocates %v times, want 0", n)
 	}
 }
