@@ -54,14 +54,21 @@ const (
 // the channel's) and a fresh tag.
 type recentPlacements struct {
 	mu    sync.Mutex
-	msgs  [catchUpMessages][]byte // each slot's buffer is reused
+	msgs  [catchUpMessages][]byte // the kept ones; nil past them
 	head  int                     // the oldest
 	n     int
 	bytes int
+	// spare is the buffer of the last message dropped, for the next
+	// one: with a full ring, each message kept drops one, so keeping
+	// them allocates nothing.
+	spare []byte
 }
 
 // add keeps a copy of msg, dropping the oldest to stay within the
-// bounds. It allocates only while a slot's buffer grows.
+// bounds. It allocates only when the spare buffer is too small for msg,
+// or far too large. What the ring holds stays within about twice
+// catchUpBytes, however large the messages once were: a buffer kept
+// holds at most twice its message and a kilobyte.
 func (r *recentPlacements) add(msg []byte) {
 	if len(msg) > catchUpBytes {
 		return
@@ -70,11 +77,16 @@ func (r *recentPlacements) add(msg []byte) {
 	defer r.mu.Unlock()
 	for r.n == catchUpMessages || (r.n > 0 && r.bytes+len(msg) > catchUpBytes) {
 		r.bytes -= len(r.msgs[r.head])
+		r.spare, r.msgs[r.head] = r.msgs[r.head], nil
 		r.head = (r.head + 1) % catchUpMessages
 		r.n--
 	}
-	i := (r.head + r.n) % catchUpMessages
-	r.msgs[i] = append(r.msgs[i][:0], msg...)
+	buf := r.spare
+	r.spare = nil
+	if cap(buf) > 2*len(msg)+1024 {
+		buf = nil
+	}
+	r.msgs[(r.head+r.n)%catchUpMessages] = append(buf[:0], msg...)
 	r.bytes += len(msg)
 	r.n++
 }

@@ -25,12 +25,28 @@ func TestRecentPlacementsBounded(t *testing.T) {
 	for range 5 {
 		r.add(big)
 	}
+	// Small messages through every slot after large ones: the slots do
+	// not keep the large buffers.
+	for range catchUpMessages {
+		r.add(big)
+		r.add([]byte("small"))
+	}
+	for range 3 {
+		r.add(big)
+	}
 	if r.bytes > catchUpBytes || len(r.snapshot(nil)) != 2 {
 		t.Errorf("after five messages of a third of catchUpBytes: %d bytes in %d messages, want at most %d in 2", r.bytes, r.n, catchUpBytes)
 	}
 	r.add(make([]byte, catchUpBytes+1))
 	if r.n != 2 {
 		t.Errorf("a message larger than catchUpBytes was kept")
+	}
+	held := 0
+	for k := range catchUpMessages {
+		held += cap(r.msgs[k])
+	}
+	if held > 2*catchUpBytes+catchUpMessages*1024 {
+		t.Errorf("the ring's buffers hold %d bytes, more than twice catchUpBytes and a kilobyte a slot", held)
 	}
 	r.add([]byte("keep"))
 	r.filter(func(m []byte) bool { return len(m) < 10 })
