@@ -37,6 +37,12 @@ func init() {
 //	                                         forget what one upstream was believed to hold, e.g.
 //	                                         after that engine restarted
 //
+// With sync and hash_key, flush and forget also go to every other edge of
+// the tier, which applies them to each of its policies syncing on the
+// same channel (synccommand.go); their answers say whether they were
+// sent (sent_to_tier), and whether a target syncs without hash_key
+// (unkeyed_sync), whose other edges a flush or forget does not reach.
+//
 // Each instance has a number no other instance of the process had before
 // (stats lists them), so ?instance=N names the same policy while an old
 // and a new config overlap during a reload.
@@ -127,6 +133,14 @@ type syncStats struct {
 	TierEdges int               `json:"tier_edges"`
 	Rejected  map[string]uint64 `json:"rejected"`
 	LastLag   string            `json:"last_lag"`
+	// CatchUpRequests counts the times this instance asked the other
+	// edges for their recent placements (it started empty, or its
+	// transport reconnected); CatchUpSent the placements it published
+	// again when another edge asked.
+	CatchUpRequests uint64 `json:"catch_up_requests"`
+	CatchUpSent     uint64 `json:"catch_up_sent"`
+	AppliedFlush    uint64 `json:"applied_flush"`
+	AppliedForget   uint64 `json:"applied_forget"`
 }
 
 type upstreamStats struct {
@@ -146,7 +160,12 @@ type upstreamStats struct {
 	// counts them with this edge's.
 	RemoteInFlight      int   `json:"remote_in_flight"`
 	RemoteInFlightBytes int64 `json:"remote_in_flight_bytes"`
-	Owned               int   `json:"owned_entries"`
+	// RemoteInFlightCounted is what of RemoteInFlight the bound counts
+	// for the next request: at most fleet.RemoteRatio times this edge's
+	// own in flight there plus one. Below RemoteInFlight in an honest
+	// tier, the tier is larger or more skewed than the clamp allows for.
+	RemoteInFlightCounted int `json:"remote_in_flight_counted"`
+	Owned                 int `json:"owned_entries"`
 	// Engine is the upstream's latest good scrape, with engine_metrics;
 	// absent until one.
 	Engine *engineStats `json:"engine,omitempty"`
@@ -265,6 +284,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				TierEdges:        s.state.fleet.Edges(),
 				Rejected:         map[string]uint64{},
 				LastLag:          time.Duration(ss.lag.Load()).String(),
+				CatchUpRequests:  ss.catchUp.requested.Load(),
+				CatchUpSent:      ss.catchUp.answered.Load(),
+				AppliedFlush:     ss.applied[edgesync.FlushKind].Load(),
+				AppliedForget:    ss.applied[edgesync.ForgetKind].Load(),
 			}
 			for r, name := range rejectionNames {
 				is.Sync.Rejected[name] = ss.rejected[r].Load()
@@ -280,6 +303,10 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				fs := s.state.fleet.Read(tab.ids[i], u.Dial, now, &s.fleetOptions)
 				us.InFlightBytes, us.PrefillBacklog = fs.Bytes, fs.Queued
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
+				if s.fleetOptions.Tier {
+					tier := fleet.Options{Tier: true} // the reports alone, not the engine's count
+					us.RemoteInFlightCounted = s.state.fleet.Counted(fleet.State{}, tab.ids[i], u.Dial, now, us.InFlight, 0, &tier).RemoteRequests
+				}
 				if c, ok := s.state.fleet.Answers(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{
 						Answers: c.Answers, PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens,
@@ -401,11 +428,13 @@ func (a *AdminAPI) flush(w http.ResponseWriter, r *http.Request) error {
 	flushed := map[*sharedState]bool{}
 	for _, t := range targets {
 		if !flushed[t.s.state] {
-			t.s.state.index.Flush()
+			t.s.state.flush()
 			flushed[t.s.state] = true
 		}
 	}
-	return writeJSON(w, map[string]any{"flushed_indexes": len(flushed)})
+	out := map[string]any{"flushed_indexes": len(flushed)}
+	out["sent_to_tier"], out["unkeyed_sync"] = publishCommand(edgesync.Command{Kind: edgesync.FlushKind}, targets)
+	return writeJSON(w, out)
 }
 
 // forget forgets one upstream in the indexes of the named instances (all
@@ -435,14 +464,10 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		done[st] = true
-		id, known := st.index.ID(dial)
-		if !known {
-			continue
+		if n, known := st.forget(dial); known {
+			exists = true
+			entries += n
 		}
-		exists = true
-		entries += st.index.Owned()[dial]
-		st.index.Forget(dial)
-		st.fleet.Forget(id)
 	}
 	if !exists {
 		// A typo, or the wrong edge: saying 200 with nothing forgotten
@@ -456,7 +481,9 @@ func (a *AdminAPI) forget(w http.ResponseWriter, r *http.Request) error {
 		caddy.Log().Named("prefix_cache").Info("forgot an upstream on request of the admin API",
 			zap.String("upstream", dial), zap.Int("entries", entries))
 	}
-	return writeJSON(w, map[string]any{"upstream": dial, "forgotten_entries": entries})
+	out := map[string]any{"upstream": dial, "forgotten_entries": entries}
+	out["sent_to_tier"], out["unkeyed_sync"] = publishCommand(edgesync.Command{Kind: edgesync.ForgetKind, Upstream: dial}, targets)
+	return writeJSON(w, out)
 }
 
 type numbered struct {

@@ -71,12 +71,12 @@ func newMetricSet() *metricSet {
 		syncMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "sync_messages_total",
-			Help: "Messages shared with the other edges: published by this edge (accepted by the transport) or applied from others, by kind: placed (at selection), confirmed (the engine answered 2xx), or load (an edge's requests in flight per upstream, every 100 ms).",
+			Help: "Messages shared with the other edges: published by this edge (accepted by the transport) or applied from others, by kind: placed (at selection), confirmed (the engine answered 2xx), load (an edge's requests in flight per upstream, every 100 ms), flush and forget (an operator's, through one edge's admin API, with hash_key), or catch_up (a request for the others' recent placements, sent by an edge that starts or reconnects).",
 		}, []string{"direction", "kind"}),
 		syncRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "sync_rejected_total",
-			Help: "Messages from other edges not applied, by reason: malformed, shape (another chunk_size), unknown_upstream (not in this policy's pool).",
+			Help: "Messages from other edges not applied, by reason: malformed, shape (another chunk_size), unknown_upstream (not in this policy's pool), version, too_many_origins, unauthenticated (with hash_key, its tag does not verify), unsigned_command (a flush or forget without hash_key), stale_command (a flush or forget sent again, or held back).",
 		}, []string{"reason"}),
 		syncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: subsystem,
@@ -111,7 +111,7 @@ func newMetricSet() *metricSet {
 	m.settlements.WithLabelValues("confirmed")
 	m.settlements.WithLabelValues("unconfirmed")
 	for _, dir := range []string{"published", "applied"} {
-		for _, k := range []edgesync.Kind{edgesync.Placed, edgesync.Confirmed, edgesync.LoadKind} {
+		for _, k := range []edgesync.Kind{edgesync.Placed, edgesync.Confirmed, edgesync.LoadKind, edgesync.FlushKind, edgesync.ForgetKind, edgesync.CatchUpKind} {
 			m.syncMessages.WithLabelValues(dir, k.String())
 		}
 	}

@@ -813,8 +813,12 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}
 	for j, u := range sc.ups {
 		st := s.state.fleet.Read(sc.ids[j], u.Dial, nowNS, &s.fleetOptions)
+		own := u.NumRequests()
+		// What the other edges report counts only as far as this edge's
+		// own load there makes it plausible (fleet.RemoteRatio).
+		st = s.state.fleet.Counted(st, sc.ids[j], u.Dial, nowNS, own, int64(v.textLen), &s.fleetOptions)
 		sc.cands[j].Depth = sc.depths[j]
-		sc.cands[j].Load = u.NumRequests() + st.RemoteRequests
+		sc.cands[j].Load = own + st.RemoteRequests
 		sc.cands[j].Bytes = st.Bytes + st.RemoteBytes
 		sc.cands[j].Backlog = st.Queued
 		if s.policy.Cost {

@@ -26,6 +26,17 @@ import (
 // sharing the index) or one of this policy's static upstreams: a hostile
 // publisher can at worst mis-route within the pools, never intern a name,
 // fail a request or grow the index past its bound.
+//
+// Remote placements: without hash_key, anyone who can publish on the
+// channel can send a Confirmed, so an unkeyed edge applies Confirmed as
+// it applies Placed, on probation (prefixindex.Record): it can evict only
+// other unconfirmed entries, the probation share of each shard (a
+// quarter by default), and never what this edge's own answered requests
+// confirmed. A flood of confirmations under made-up tenant scopes, which
+// filled the index and turned a tenant's match cold, now churns only
+// that share. An entry learned from another edge becomes protected when
+// a request of this edge is answered from it. With hash_key, a message
+// that verifies comes from an edge of the tier, and Confirmed confirms.
 
 // origin names this process's messages, so that it ignores its echoes.
 var origin = edgesync.NewOrigin()
@@ -53,11 +64,15 @@ type syncState struct {
 	hashes   []prefixindex.Hash
 	recvLoad edgesync.LoadReport
 	loads    []fleet.Load
+	cmd      edgesync.Command
+	seen     map[[2]uint64]time.Time // commands applied lately (fresh)
 
-	stopLoad chan struct{} // ends reportLoad
+	catchUp catchUp // recent placements, to answer edges that catch up
+
+	stopLoad chan struct{} // ends reportLoad and watchCatchUp
 	stopOnce sync.Once
 
-	applied  [4]atomic.Uint64 // by Kind
+	applied  [8]atomic.Uint64 // by Kind
 	rejected [numRejections]atomic.Uint64
 	lag      atomic.Int64 // ns, of the last message applied
 }
@@ -72,10 +87,12 @@ const (
 	rejectVersion                    // another wire format version
 	rejectOrigins                    // a load report from one edge too many
 	rejectAuth                       // with hash_key: its tag does not verify
+	rejectUnsigned                   // a flush or forget on an unkeyed tier
+	rejectStale                      // a flush or forget sent long ago, or applied already
 	numRejections
 )
 
-var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins", "unauthenticated"}
+var rejectionNames = [numRejections]string{"malformed", "shape", "unknown_upstream", "version", "too_many_origins", "unauthenticated", "unsigned_command", "stale_command"}
 
 // decodeRejection is why a message that failed to decode was rejected: a
 // version this build does not read is counted apart from garbage, so that
@@ -121,10 +138,12 @@ func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
 		limits:    edgesync.Limits{MaxHashes: s.MaxChunks},
 		stopLoad:  make(chan struct{}),
 	}
+	s.sync.catchUp.asked = make(chan struct{}, 1)
 	if s.keys.auth != nil {
 		s.sync.auth = newSyncAuth(s.keys.auth)
 	}
 	s.sync.cancel = t.Subscribe(s.receive)
+	go s.watchCatchUp(s.sync.stopLoad)
 }
 
 // publish tells the other edges that this one sent v's prompt to dial,
@@ -151,6 +170,9 @@ func (s *PrefixCacheSelection) publish(kind edgesync.Kind, v *view, dial string,
 	}
 	eb.out = eb.msg.AppendBinary(eb.out[:0])
 	if len(eb.out) > 0 {
+		if kind == edgesync.Confirmed {
+			s.sync.catchUp.recent.add(eb.out) // for edges that catch up
+		}
 		eb.out = s.sync.seal(eb.out)
 		if s.sync.transport.Publish(eb.out) {
 			metrics.syncPublished(kind)
@@ -188,8 +210,12 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 			return
 		}
 	}
-	if edgesync.KindOf(msg) == edgesync.LoadKind {
+	switch k := edgesync.KindOf(msg); {
+	case k == edgesync.LoadKind:
 		s.receiveLoad(msg)
+		return
+	case edgesync.IsCommand(k):
+		s.receiveCommand(msg)
 		return
 	}
 	m := &ss.recv
@@ -217,9 +243,11 @@ func (s *PrefixCacheSelection) receive(msg []byte) {
 	if m.Scope != 0 && s.Tenant != "" {
 		scope = s.state.index.Scope(m.Scope, *s.TenantShare)
 	}
-	if m.Kind == edgesync.Confirmed {
+	if m.Kind == edgesync.Confirmed && ss.auth != nil {
 		s.state.index.Confirm(scope, ss.hashes, id)
 	} else {
+		// Unsigned, a confirmation is anyone's word: on probation, where
+		// it evicts no confirmed entry (see remote placements above).
 		s.state.index.Record(scope, ss.hashes, id)
 	}
 	ss.applied[m.Kind].Add(1)

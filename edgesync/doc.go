@@ -1,7 +1,9 @@
 // Package edgesync is what several Caddy edges in front of one fleet share:
-// the wire format of a placement message (an edge chose an upstream for a
-// prompt's chain of chunk hashes) and the Transport interface that carries
-// such messages between edges. Transports are Caddy modules in the
+// the wire formats of a placement message (an edge chose an upstream for a
+// prompt's chain of chunk hashes), a load report (LoadReport) and a
+// command (Command: an operator's flush or forget, a joining edge's
+// catch-up request), and the Transport interface that carries them
+// between edges. Transports are Caddy modules in the
 // namespace http.prefix_cache.sync (edgesync/redis is the first); this package
 // imports neither Caddy nor net/http.
 //
@@ -24,5 +26,7 @@
 //     the transport's own goroutine.
 //
 // Keeping strangers off the channel is the engine's job (Redis ACLs,
-// TLS, a private network), not this package's: messages are not signed.
+// TLS, a private network), not this package's: its formats carry no
+// signature. The policy appends one with hash_key (caddymodule), and
+// bounds what an unsigned message can do (docs/sync.md).
 package edgesync

@@ -72,6 +72,18 @@ func KindOf(b []byte) Kind {
 	return Kind(b[3])
 }
 
+// SetSent sets the time of an encoded message of any kind (a placement,
+// a load report or a command, which all carry it at the same offset) to
+// sent, in place, and reports whether b is long enough to have one: an
+// edge sending a message again says when it does.
+func SetSent(b []byte, sent int64) bool {
+	if len(b) < 20 || b[0] != magic[0] || b[1] != magic[1] {
+		return false
+	}
+	binary.LittleEndian.PutUint64(b[12:], uint64(sent))
+	return true
+}
+
 // AppendBinary appends r's encoding to dst. Entries whose upstream cannot
 // be encoded (empty, too long, not printable) are left out, as are those
 // past MaxLoadUpstreams.

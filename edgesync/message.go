@@ -27,6 +27,12 @@ func (k Kind) String() string {
 		return "confirmed"
 	case LoadKind:
 		return "load"
+	case FlushKind:
+		return "flush"
+	case ForgetKind:
+		return "forget"
+	case CatchUpKind:
+		return "catch_up"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -47,7 +47,9 @@
 //     upstream's queue here, a report interval late, as this edge's own
 //     placements do. Claims are clamped (MaxReportRequests,
 //     MaxReportBytes, MaxOrigins), so no report can overflow a sum or
-//     grow memory.
+//     grow memory; and Counted counts the sum at most RemoteRatio times
+//     this edge's own load at the upstream, so no report can make an
+//     upstream look full where this edge sends little.
 //   - The engine (Scraped): the latest good scrape of the upstream's
 //     metrics, and from it what the engine runs and queues beyond this
 //     edge's requests (State.RemoteRequests, the larger of that and the

@@ -39,6 +39,59 @@ const (
 	MaxReportBytes    = 1 << 40
 )
 
+// RemoteRatio bounds what the other edges' reports count at one
+// upstream, whatever they claim: at most RemoteRatio times this edge's own
+// load there counting the request being placed, in requests and in bytes
+// of routing text (Counted).
+//
+// Edges route alike (they share placements and the rendezvous key), so
+// behind one balancer each upstream's load splits about evenly between
+// them: the others hold about (edges - 1) times this edge's share of it,
+// and 4 leaves room for a tier of five evenly loaded edges, or of three
+// with one twice as busy as this one. Past that (more edges, or clients
+// of one edge piling onto one upstream) the edge counts less than the
+// others hold, and bounds nearer its own load, as it would without sync:
+// a busy upstream takes more of its requests, it fails none.
+//
+// What it stops: a publisher on the channel claiming 2^20 requests at
+// every upstream but one made them all look full, so every request, warm
+// conversations included, went to the one it spared. Clamped, a claim
+// adds at most four requests at an upstream this edge has nothing in
+// flight at, which the load bound's allowance absorbs, so warm requests
+// keep their homes; and as this edge's load at the spared upstream grows,
+// the cold bound sends new requests to the others again. A claim scales
+// with what this edge sends where it is made, so steering traffic away
+// from an upstream shrinks the claim there.
+const RemoteRatio = 4
+
+// Counted returns s, which Read returned for id, the upstream named
+// upstream, at now, with the other edges' reports counted at most
+// RemoteRatio times this edge's load there with the request being
+// placed: own requests in flight there (Caddy counts them, the fleet
+// does not) plus one, and s.Bytes plus promptBytes, the request's
+// routing text. The engine's own count (Options.EngineQueue) is not
+// clamped: the engine is trusted. The prefill queue stays at most the
+// uncached bytes in flight there, the other edges' as counted. It takes
+// no lock and allocates nothing.
+func (f *Fleet) Counted(s State, id prefixindex.ID, upstream string, now int64, own int, promptBytes int64, o *Options) State {
+	if !o.Tier {
+		return s
+	}
+	requests, bytes := f.tier.load(id)
+	s.RemoteRequests = min(requests, RemoteRatio*(max(own, 0)+1))
+	s.RemoteBytes = min(bytes, RemoteRatio*(max(s.Bytes, 0)+max(promptBytes, 0)))
+	if o.EngineQueue {
+		if e := f.fresh(id, upstream, now, o.EngineStale); e != nil && e.Queue() >= 0 {
+			s.RemoteRequests = max(s.RemoteRequests, e.Others)
+		}
+	}
+	if s.NsPerByte > 0 && s.Queued > s.Uncached+s.RemoteBytes {
+		s.Queued = s.Uncached + s.RemoteBytes
+		s.Wait = int64(float64(s.Queued) * s.NsPerByte)
+	}
+	return s
+}
+
 // Load is what one report says of one upstream, as an ID of the Fleet's
 // index.
 type Load struct {

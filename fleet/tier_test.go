@@ -137,3 +137,46 @@ func TestTierLoadOrigins(t *testing.T) {
 		t.Errorf("after an empty report: Edges() = %d, want %d", n, MaxOrigins-1)
 	}
 }
+
+// The other edges' reports count at most RemoteRatio times this edge's
+// own load at the upstream with the request being placed, in requests
+// and bytes, and the prefill queue at most what that lets in flight; an
+// honest report within the ratio counts whole.
+func TestCountedClampsReports(t *testing.T) {
+	var f Fleet
+	now := time.Now()
+	o := &Options{Tier: true, NsPerByte: 1000}
+	f.Report(7, now, []Load{{ID: 1, Requests: 1 << 20, Bytes: 1 << 40}, {ID: 2, Requests: 3, Bytes: 3000}}, o)
+	f.Report(7, now, []Load{{ID: 1, Requests: 1 << 20, Bytes: 1 << 40, Sent: 1 << 40}, {ID: 2, Requests: 3, Bytes: 3000}}, o)
+	ns := now.UnixNano()
+	for _, tt := range []struct {
+		name        string
+		id          prefixindex.ID
+		own         int
+		prompt      int64
+		wantReq     int
+		wantBytes   int64
+		wantQueued  int64
+		wantCounted bool
+	}{
+		{"forged, nothing of this edge's there", 1, 0, 1000, RemoteRatio, RemoteRatio * 1000, RemoteRatio * 1000, false},
+		{"forged, two of this edge's there", 1, 2, 1000, RemoteRatio * 3, RemoteRatio * 1000, RemoteRatio * 1000, false},
+		{"honest, within the ratio", 2, 0, 1000, 3, 3000, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := f.Counted(f.Read(tt.id, "a:1", ns, o), tt.id, "a:1", ns, tt.own, tt.prompt, o)
+			if st.RemoteRequests != tt.wantReq || st.RemoteBytes != tt.wantBytes {
+				t.Errorf("Counted(own %d, prompt %d) = %d requests, %d bytes; want %d, %d", tt.own, tt.prompt, st.RemoteRequests, st.RemoteBytes, tt.wantReq, tt.wantBytes)
+			}
+			if st.Queued > tt.wantQueued || st.Wait != int64(float64(st.Queued)*o.NsPerByte) {
+				t.Errorf("Counted: queued %d (wait %d), want at most %d", st.Queued, st.Wait, tt.wantQueued)
+			}
+			if raw := f.Read(tt.id, "a:1", ns, o); (raw.RemoteRequests == st.RemoteRequests) != tt.wantCounted {
+				t.Errorf("Read says %d remote requests, Counted %d; want the report counted whole: %v", raw.RemoteRequests, st.RemoteRequests, tt.wantCounted)
+			}
+		})
+	}
+	if st := f.Counted(f.Read(1, "a:1", ns, &Options{}), 1, "a:1", ns, 0, 0, &Options{}); st.RemoteRequests != 0 {
+		t.Errorf("Counted without Options.Tier: %d remote requests, want 0", st.RemoteRequests)
+	}
+}

@@ -212,13 +212,16 @@ func send(t *testing.T, url, auth string, body []byte) (int, string, string) {
 
 // syncStats is what an edge's admin API says of its sync.
 type syncStats struct {
-	Entries int `json:"entries"`
+	Entries int            `json:"entries"`
+	Indexed map[string]int `json:"indexed_upstreams"`
 	Sync    struct {
 		Connected        bool              `json:"connected"`
 		AppliedPlaced    uint64            `json:"applied_placed"`
 		AppliedConfirmed uint64            `json:"applied_confirmed"`
 		TierEdges        int               `json:"tier_edges"`
 		Rejected         map[string]uint64 `json:"rejected"`
+		CatchUpRequests  uint64            `json:"catch_up_requests"`
+		CatchUpSent      uint64            `json:"catch_up_sent"`
 	} `json:"sync"`
 }
 
@@ -344,13 +347,20 @@ func TestRedisDownLosesNothing(t *testing.T) {
 	waitFor(t, 5*time.Second, "edge B applies a placement after Redis came back", func() bool { return stats(t, edges[1]).Sync.AppliedConfirmed > before })
 }
 
-// publish sends msg on the channel as any Redis client could, speaking
+// publish sends msgs on the channel as any Redis client could, speaking
 // RESP directly.
 func publish(t *testing.T, addr string, msgs ...[]byte) {
 	t.Helper()
+	if err := publishTo(addr, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishTo is publish for a goroutine, which must not call t.Fatal.
+func publishTo(addr string, msgs ...[]byte) error {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	w := bufio.NewWriter(conn)
@@ -359,13 +369,16 @@ func publish(t *testing.T, addr string, msgs ...[]byte) {
 		w.Write(m)
 		w.WriteString("\r\n")
 	}
-	w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
 	br := bufio.NewReader(conn)
 	for range msgs {
 		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // A hostile publisher on the channel cannot crash an edge, intern a name,
@@ -432,6 +445,7 @@ type upstreamStats struct {
 	Dial           string `json:"dial"`
 	InFlight       int    `json:"in_flight"`
 	RemoteInFlight int    `json:"remote_in_flight"`
+	Counted        int    `json:"remote_in_flight_counted"`
 	PrefillBacklog int64  `json:"prefill_backlog_bytes"`
 }
 

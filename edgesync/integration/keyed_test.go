@@ -121,6 +121,9 @@ func TestKeyedTierRefusesForgeries(t *testing.T) {
 			system := words("forged-system", 600)
 			_, home, _ := send(t, a.url, "", chat(system, "first"))
 			waitFor(t, 5*time.Second, "edge B hears edge A", func() bool { return stats(t, b).Sync.TierEdges == 1 })
+			// Edge A's own confirmation arrives on its own time: count from
+			// after it.
+			waitFor(t, 5*time.Second, "edge B applies edge A's confirmation", func() bool { return stats(t, b).Sync.AppliedConfirmed >= 1 })
 
 			forged := edgesync.LoadReport{Origin: 0xbad, Sent: time.Now().UnixNano(), Upstreams: []edgesync.UpstreamLoad{{Upstream: dialOf(bs, home), Requests: 1 << 20}}}
 			var flood [][]byte

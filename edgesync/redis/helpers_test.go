@@ -30,13 +30,13 @@ const (
 // fast reconnect backoff, and cleans it up with the test.
 func newTransport(t testing.TB, edge, url string, opts ...func(*Transport)) *Transport {
 	t.Helper()
-	tr := &Transport{URL: url, edge: edge, backoff: [2]time.Duration{testMinBackoff, testMaxBackoff}}
+	tr := &Transport{URL: url}
 	for _, o := range opts {
 		o(tr)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
-	if err := tr.Provision(ctx); err != nil {
+	if err := tr.provision(ctx, tuning{minBackoff: testMinBackoff, maxBackoff: testMaxBackoff, edge: edge}); err != nil {
 		t.Fatalf("Provision(url %q) = %v", tr.URL, err)
 	}
 	// Logs go to the test's log, shown when it fails.

@@ -111,11 +111,6 @@ type Transport struct {
 	mu      sync.Mutex
 	cancels []func()
 	release sync.Once
-
-	// backoff overrides the reconnect backoff's bounds in tests, and edge
-	// keeps two simulated edges in one test process off one connection.
-	backoff [2]time.Duration
-	edge    string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -132,14 +127,31 @@ type connKey struct {
 	buffer       int
 	dial, rw     time.Duration
 	tls          uint64 // digest of the TLS settings' files, 0 without
-	edge         string
+	tuning       tuning
 }
+
+// tuning is what the configuration does not set: the reconnect
+// backoff's bounds and a name that keeps two connections with the same
+// settings apart. Caddy provisions with defaultTuning; tests pass their
+// own (helpers_test.go), to reconnect fast and to run several edges in
+// one process.
+type tuning struct {
+	minBackoff, maxBackoff time.Duration
+	edge                   string
+}
+
+var defaultTuning = tuning{minBackoff: minBackoff, maxBackoff: maxBackoff}
 
 // Provision sets defaults, replaces placeholders and joins (or starts) the
 // connection for this configuration. It fails on a bad configuration, not
 // on an unreachable Redis: the connection comes up in the background, and
 // the edge routes alone until it does.
 func (t *Transport) Provision(ctx caddy.Context) error {
+	return t.provision(ctx, defaultTuning)
+}
+
+// provision is Provision with tun.
+func (t *Transport) provision(ctx caddy.Context, tun tuning) error {
 	if t.Channel == "" {
 		t.Channel = DefaultChannel
 	}
@@ -181,13 +193,9 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 		}
 	}
 
-	t.key = connKey{rawURL, channel, t.Buffer, opt.DialTimeout, opt.ReadTimeout, tlsDigest, t.edge}
+	t.key = connKey{rawURL, channel, t.Buffer, opt.DialTimeout, opt.ReadTimeout, tlsDigest, tun}
 	v, _, err := conns.LoadOrNew(t.key, func() (caddy.Destructor, error) {
-		minB, maxB := minBackoff, maxBackoff
-		if t.backoff[0] > 0 {
-			minB, maxB = t.backoff[0], t.backoff[1]
-		}
-		return newConn(opt, endpoint, channel, t.Buffer, minB, maxB), nil
+		return newConn(opt, endpoint, channel, t.Buffer, tun.minBackoff, tun.maxBackoff), nil
 	})
 	if err != nil {
 		return fmt.Errorf("starting redis connection: %w", err)
