@@ -199,9 +199,13 @@ type PrefixCacheSelection struct {
 	// under the bound with the least predicted time to first token (its
 	// queued prefill plus the request's own uncached prefill, at
 	// prefill_rate or the engine's measured speed) plus cache_weight
-	// times the prefill a move off the deepest holder throws away. A cold
-	// request leaves its rendezvous-hash winner only when that saves more
-	// than its own prefill. `cost` needs prefill_rate. Default: `rules`.
+	// times the prefill a move off the deepest holder throws away. A
+	// request leaves its home (the deepest holder under the bound, else
+	// its rendezvous-hash winner) only when the move saves more than its
+	// own prefill (at least min_match's) plus its predicted time to first
+	// token where it goes, so that edges, each seeing its own share of
+	// the queues, place it alike. `cost` needs prefill_rate.
+	// Default: `rules`.
 	Choice string `json:"choice,omitempty"`
 
 	// With choice cost, how much the prefix a request gives up by moving
