@@ -79,10 +79,10 @@
 // bound, to the one with the least backlog, the rendezvous-hash winner's
 // placement on a tie ([ReasonPrefill] when that moves it). With no backlog
 // anywhere nothing moves. Warm requests are not moved by the backlog:
-// moving one throws away its cached prefix, and measured on the Mooncake
-// trace, moving warm requests whenever the holder's queue exceeded the
-// prefill their match saves (NVIDIA Dynamo's cost) cut the hit rate from
-// 0.136 to 0.123 (docs/tuning.md).
+// moving one throws away its cached prefix, and on the Mooncake trace
+// moving warm requests whenever the holder's queue exceeded the prefill
+// their match saves (NVIDIA Dynamo's cost) lost hit rate (docs/tuning.md
+// has the figures).
 //
 // # The choice
 //
