@@ -174,27 +174,27 @@ type PrefixCacheSelection struct {
 	// With choice rules, a cold request (no upstream holds a useful
 	// prefix of it) goes to its rendezvous-hash winner only if that
 	// upstream's in-flight requests are also within cold_load_factor
-	// times the mean, with no allowance; otherwise to the
-	// highest-ranked upstream that is. Moving a cold
-	// request costs no cache (there is none), and new prompts placed by
-	// hash alone land like balls in bins: some replicas get far more
-	// prompt families than others and evict them. From 1 to load_factor;
-	// 0 turns it off (cold requests get the bound warm ones do).
-	// Default: `1`.
+	// times the mean, with no allowance; otherwise to the highest-ranked
+	// upstream that is. Moving a cold request costs no cache (there is
+	// none), and new prompts placed by hash alone land like balls in
+	// bins: some replicas get far more prompt families than others and
+	// evict them. From 1 to load_factor; 0 turns it off (cold requests
+	// get the bound warm ones do). Default: `1`.
 	ColdLoadFactor *float64 `json:"cold_load_factor,omitempty"`
 
 	// How fast one upstream prefills, in bytes of routing text per
 	// second; 0 turns the prefill backlog off. With it on, the policy
 	// estimates each upstream's queued prefill (the uncached text of the
 	// requests sent to it, drained at this rate, never more than the
-	// uncached text still in flight there): with choice cost, the queue
-	// ahead of a request and the speed of its own prefill; with choice
-	// rules, a cold request goes, among the upstreams within the bound
-	// and the cold bound, to the one with the least queued rather than
-	// behind another long prefill, and a warm request is never moved by
-	// it. An idle fleet has no queue and routes exactly as with it off. Set it near the engines' prefill
-	// throughput (tokens per second x ~4). Default: `65536` (64 KiB/s,
-	// about 16k tokens/s).
+	// uncached text still in flight there). With choice cost, that is the
+	// queue ahead of a request, and this rate the speed of its own
+	// prefill. With choice rules, a cold request goes, among the
+	// upstreams within the bound and the cold bound, to the one with the
+	// least queued rather than behind another long prefill, and a warm
+	// request is never moved by it. An idle fleet has no queue and routes
+	// exactly as with it off. Set it near the engines' prefill throughput
+	// (tokens per second x ~4). Default: `65536` (64 KiB/s, about 16k
+	// tokens/s).
 	PrefillRate *int64 `json:"prefill_rate,omitempty"`
 
 	// How the upstream is chosen: `rules` (the deepest holder under the
