@@ -71,7 +71,8 @@ func inFlightBytes(t *testing.T, admin string) map[string]int64 {
 // takes streams of ~10 KiB of prompt while the bytes it already holds are
 // within ceil((sum + size) / 2) + 24 KiB, and the next one spills. The
 // admin API shows the bytes in flight, and they are given back when the
-// streams end.
+// streams end. choice rules: under the cost, the prefill the held
+// streams left queued at home would move a stream before the bound does.
 func TestLongContextsSpillByBytes(t *testing.T) {
 	bs := newBackends(t, 2)
 	release := make(chan struct{})
@@ -80,7 +81,7 @@ func TestLongContextsSpillByBytes(t *testing.T) {
 	const allowanceBytes = 24 << 10
 	admin := startCaddyAdmin(t, proxySite(port, bs,
 		"header_down X-Prompt-Bytes {http.reverse_proxy.prefix_cache.prompt_bytes}",
-		fmt.Sprintf("load_factor 1\n\t\t\tload_allowance 100\n\t\t\tload_allowance_bytes %d\n\t\t\tmin_match_ratio 0", allowanceBytes)))
+		fmt.Sprintf("choice rules\n\t\t\tload_factor 1\n\t\t\tload_allowance 100\n\t\t\tload_allowance_bytes %d\n\t\t\tmin_match_ratio 0", allowanceBytes)))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 	dial := map[string]string{bs[0].name: bs[0].addr(), bs[1].name: bs[1].addr()}
 

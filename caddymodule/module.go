@@ -92,10 +92,12 @@ const (
 	// and the evidence", has the measurements).
 	DefaultPrefillRate = 64 << 10
 
-	// ChoiceRules and ChoiceCost are the values of choice: today's
-	// rules, or one predicted cost for every request. The rules stay the
-	// default until a paired run on the tuning set measures the cost
-	// against them (docs/tuning.md).
+	// ChoiceRules and ChoiceCost are the values of choice: rules for
+	// each case, or one predicted cost for every request, the default.
+	// With the sync channel down, edges place conversations alike under
+	// the cost, where the rules' cold placements move them by each
+	// edge's own view of load; the race (bench/scoring) measures the two
+	// against each other with one budget (docs/tuning.md).
 	ChoiceRules = "rules"
 	ChoiceCost  = "cost"
 
@@ -117,11 +119,11 @@ const (
 // request spills to the next-deepest holder. A request with no useful match
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
-// message), so that independent Caddy instances agree, unless that winner
-// is busier than the mean (cold_load_factor). With choice cost, every
-// request goes instead to the upstream under the bound with the least
-// predicted time to first token, weighed against the cached prefix it
-// gives up (cache_weight).
+// message), so that independent Caddy instances agree. A request leaves
+// that home only when another upstream under the bound predicts a clearly
+// shorter time to first token, weighed against the cached prefix it gives
+// up (cache_weight); with choice rules, by the rules of the selection
+// package instead (cold_load_factor, the prefill backlog).
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -170,28 +172,30 @@ type PrefixCacheSelection struct {
 	// either. Default: `131072` (128 KiB, about 32k tokens).
 	LoadAllowanceBytes *int64 `json:"load_allowance_bytes,omitempty"`
 
-	// A cold request (no upstream holds a useful prefix of it) goes to its
-	// rendezvous-hash winner only if that upstream's in-flight requests
-	// are also within cold_load_factor times the mean, with no allowance;
-	// otherwise to the highest-ranked upstream that is. Moving a cold
-	// request costs no cache (there is none), and new prompts placed by
-	// hash alone land like balls in bins: some replicas get far more
-	// prompt families than others and evict them. From 1 to load_factor;
-	// 0 turns it off (cold requests get the bound warm ones do).
-	// Default: `1`.
+	// With choice rules, a cold request (no upstream holds a useful
+	// prefix of it) goes to its rendezvous-hash winner only if that
+	// upstream's in-flight requests are also within cold_load_factor
+	// times the mean, with no allowance; otherwise to the highest-ranked
+	// upstream that is. Moving a cold request costs no cache (there is
+	// none), and new prompts placed by hash alone land like balls in
+	// bins: some replicas get far more prompt families than others and
+	// evict them. From 1 to load_factor; 0 turns it off (cold requests
+	// get the bound warm ones do). Default: `1`.
 	ColdLoadFactor *float64 `json:"cold_load_factor,omitempty"`
 
 	// How fast one upstream prefills, in bytes of routing text per
 	// second; 0 turns the prefill backlog off. With it on, the policy
 	// estimates each upstream's queued prefill (the uncached text of the
 	// requests sent to it, drained at this rate, never more than the
-	// uncached text still in flight there), and a cold request goes,
-	// among the upstreams within the bound and the cold bound, to the one
-	// with the least queued rather than behind another long prefill. A
-	// warm request is never moved by it. An idle fleet has no queue and
-	// routes exactly as with it off. Set it near the engines' prefill
-	// throughput (tokens per second x ~4). Default: `65536` (64 KiB/s,
-	// about 16k tokens/s).
+	// uncached text still in flight there). With choice cost, that is the
+	// queue ahead of a request, and this rate the speed of its own
+	// prefill. With choice rules, a cold request goes, among the
+	// upstreams within the bound and the cold bound, to the one with the
+	// least queued rather than behind another long prefill, and a warm
+	// request is never moved by it. An idle fleet has no queue and routes
+	// exactly as with it off. Set it near the engines' prefill throughput
+	// (tokens per second x ~4). Default: `65536` (64 KiB/s, about 16k
+	// tokens/s).
 	PrefillRate *int64 `json:"prefill_rate,omitempty"`
 
 	// How the upstream is chosen: `rules` (the deepest holder under the
@@ -200,9 +204,14 @@ type PrefixCacheSelection struct {
 	// under the bound with the least predicted time to first token (its
 	// queued prefill plus the request's own uncached prefill, at
 	// prefill_rate or the engine's measured speed) plus cache_weight
-	// times the prefill a move off the deepest holder throws away. A cold
-	// request leaves its rendezvous-hash winner only when that saves more
-	// than its own prefill. `cost` needs prefill_rate. Default: `rules`.
+	// times the prefill a move off the deepest holder throws away. A
+	// request leaves its home (the deepest holder under the bound, else
+	// its rendezvous-hash winner) only when the move saves more than its
+	// own prefill (at least min_match's) plus its predicted time to first
+	// token where it goes, so that edges, each seeing its own share of
+	// the queues, place it alike. `cost` needs prefill_rate; with `cost`,
+	// cold_load_factor is not read. Default: `cost` (`rules` with
+	// prefill_rate off).
 	Choice string `json:"choice,omitempty"`
 
 	// With choice cost, how much the prefix a request gives up by moving
@@ -372,7 +381,12 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.PrefillRate = &rate
 	}
 	if s.Choice == "" {
-		s.Choice = ChoiceRules
+		// The cost predicts prefill at prefill_rate: with it off, the
+		// rules, which place by the index and the bounds alone.
+		s.Choice = ChoiceCost
+		if *s.PrefillRate == 0 {
+			s.Choice = ChoiceRules
+		}
 	}
 	if s.CacheWeight == nil {
 		w := selection.DefaultCacheWeight

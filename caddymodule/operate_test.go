@@ -288,22 +288,10 @@ func TestAdminAPI(t *testing.T) {
 	if len(dry.Results) == 1 && dry.Results[0].ByteBound < caddymodule.DefaultLoadAllowanceBytes {
 		t.Errorf("dry run byte bound %d, want at least the default allowance %d", dry.Results[0].ByteBound, caddymodule.DefaultLoadAllowanceBytes)
 	}
-	// A new conversation is cold, and the answer shows the cold bound it
-	// was placed under (at least 1 in flight).
-	resp, err = http.Post(admin+"/prefix_cache/dry_run", "application/json", bytes.NewReader(chat(words("another system", 200), "dry")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var coldDry struct {
-		Results []struct {
-			Reason    string `json:"reason"`
-			ColdBound int    `json:"cold_bound"`
-		} `json:"results"`
-	}
-	json.NewDecoder(resp.Body).Decode(&coldDry)
-	resp.Body.Close()
-	if len(coldDry.Results) != 1 || coldDry.Results[0].Reason != "cold" || coldDry.Results[0].ColdBound < 1 {
-		t.Errorf("dry run of a new conversation = %+v, want reason cold with a cold bound", coldDry.Results)
+	// A new conversation is cold; the cost, the default, has no cold
+	// bound (TestDryRunColdBound: the rules').
+	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound != 0 {
+		t.Errorf("dry run of a new conversation = %+v, want reason cold with no cold bound", got)
 	}
 	if got := getStats(t, admin).Instances[0].Entries; got != entries {
 		t.Errorf("entries after dry run = %d, want %d: a dry run must not record", got, entries)
@@ -633,4 +621,41 @@ func TestStatsNameServerAndRoute(t *testing.T) {
 	if err != nil || h.Handler != "reverse_proxy" || h.LoadBalancing.SelectionPolicy.Policy != "prefix_cache" {
 		t.Errorf("config at %s%s: %+v (%v), want the prefix_cache reverse_proxy", in.Server, in.Route, h, err)
 	}
+}
+
+// TestDryRunColdBound: with choice rules, the dry run of a new
+// conversation shows the cold bound it was placed under (at least 1 in
+// flight), once the upstreams have been routed to.
+func TestDryRunColdBound(t *testing.T) {
+	bs := newBackends(t, 2)
+	port := freePort(t)
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", "choice rules"))
+	post(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), chat(words("a system", 200), "first"))
+	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound < 1 {
+		t.Errorf("dry run of a new conversation = %+v, want reason cold with a cold bound", got)
+	}
+}
+
+// coldDryRun asks admin's dry run where a new conversation would go.
+func coldDryRun(t *testing.T, admin string) []coldDryResult {
+	t.Helper()
+	resp, err := http.Post(admin+"/prefix_cache/dry_run", "application/json", bytes.NewReader(chat(words("another system", 200), "dry")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var dry struct {
+		Results []coldDryResult `json:"results"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&dry); err != nil {
+		t.Fatalf("dry run: %v", err)
+	}
+	return dry.Results
+}
+
+// coldDryResult is what TestAdminAPI and TestDryRunColdBound read of a
+// dry run's result.
+type coldDryResult struct {
+	Reason    string `json:"reason"`
+	ColdBound int    `json:"cold_bound"`
 }

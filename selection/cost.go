@@ -3,10 +3,11 @@ package selection
 import "math"
 
 // chooseCost is Choose with Policy.Cost, for a known bound and byte bound
-// and n = len(cands) > 0: one pass that keeps the deepest holder, the
-// rendezvous-hash winner overall and under the bound, the least-loaded
-// candidate, and the candidate under the bound with the least cost. The
-// cost is in the package documentation.
+// and n = len(cands) > 0: one pass that keeps the deepest holder overall
+// and under the bound, the rendezvous-hash winner overall and under the
+// bound, the least-loaded candidate, and the candidate under the bound
+// with the least cost. The cost and its margin are in the package
+// documentation.
 func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, bound int, byteBound int64) Choice {
 	minDepth := max(p.MinDepth, 1)
 	size = max(size, 0)
@@ -22,12 +23,13 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 	chunks := size/chunk + min(size%chunk, 1) // ceil(size/chunk): the depth that matches it all
 
 	var (
-		holder, hrw, hrwUnder, best, least = -1, -1, -1, -1, -1
+		holder, holderUnder, hrw, hrwUnder, best, least = -1, -1, -1, -1, -1, -1
 
-		holderScore, hrwScore, hrwUnderScore, bestScore, leastScore uint64
+		holderScore, holderUnderScore, hrwScore, hrwUnderScore, bestScore, leastScore uint64
 
-		holderDepth, bestDepth int
-		hrwUnderCost, bestCost float64
+		holderDepth, holderUnderDepth, bestDepth int
+
+		holderUnderCost, hrwUnderCost, bestCost, bestTTFT float64
 	)
 	for i := range cands {
 		c := &cands[i]
@@ -51,44 +53,60 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 		if c.Load >= bound || (byteBound != 0 && c.Bytes > byteBound) { // over the bound
 			continue
 		}
-		cost := candidateCost(c, d, size, chunk, chunks, ref, weight)
+		cost, ttft := candidateCost(c, d, size, chunk, chunks, ref, weight)
+		if d > 0 && (holderUnder < 0 || deeper(d, s, holderUnderDepth, holderUnderScore)) {
+			holderUnder, holderUnderScore, holderUnderDepth, holderUnderCost = i, s, d, cost
+		}
 		if hrwUnder < 0 || s > hrwUnderScore {
 			hrwUnder, hrwUnderScore, hrwUnderCost = i, s, cost
 		}
 		if best < 0 || cost < bestCost || (cost == bestCost && deeper(d, s, bestDepth, bestScore)) {
-			best, bestScore, bestDepth, bestCost = i, s, d, cost
+			best, bestScore, bestDepth, bestCost, bestTTFT = i, s, d, cost, ttft
 		}
 	}
 
-	ch := Choice{Bound: bound, ByteBound: byteBound}
-	switch {
-	case holder >= 0:
+	ch := Choice{Bound: bound, ByteBound: byteBound, Preferred: hrw}
+	if holder >= 0 {
 		ch.Preferred = holder
+	}
+	// home is where the request goes unless the cost clearly says
+	// otherwise: the deepest holder under the bound, else the
+	// rendezvous-hash winner under the bound. It depends on the index
+	// and the bound alone, which edges share, not on the queues, which
+	// each edge sees its own share of.
+	home, homeCost := hrwUnder, hrwUnderCost
+	if holderUnder >= 0 {
+		home, homeCost = holderUnder, holderUnderCost
+	}
+	switch {
+	case home < 0:
+		ch.Index, ch.Reason = least, ReasonLeastLoaded
+	case best != home && homeCost-bestCost > float64(max(size, int64(minDepth)*chunk))*ref+bestTTFT:
+		// The move saves more than the request's own prefill and all
+		// it is predicted to wait there: a difference no edge's private
+		// share of the queues makes up.
+		ch.Index = best
 		switch {
-		case best < 0:
-			ch.Index, ch.Reason = least, ReasonLeastLoaded
-		case best == holder:
-			ch.Index, ch.Reason = best, ReasonMatch
+		case holder < 0:
+			ch.Reason = ReasonPrefill
 		case bestDepth > 0:
-			ch.Index, ch.Reason = best, ReasonSpill
+			ch.Reason = ReasonSpill
 		default:
-			ch.Index, ch.Reason = best, ReasonSpillCold
+			ch.Reason = ReasonSpillCold
 		}
 	default:
-		// Cold: the rendezvous-hash winner under the bound, unless its
-		// cost exceeds the least by more than the request's own prefill
-		// at the reference speed. Edges with different private views of
-		// the queues then still agree, unless the difference is clear.
-		ch.Preferred = hrw
+		ch.Index = home
 		switch {
-		case hrwUnder < 0:
-			ch.Index, ch.Reason = least, ReasonLeastLoaded
-		case best != hrwUnder && hrwUnderCost-bestCost > float64(size)*ref:
-			ch.Index, ch.Reason = best, ReasonPrefill
-		case hrwUnder == hrw:
-			ch.Index, ch.Reason = hrwUnder, ReasonCold
+		case home == holder:
+			ch.Reason = ReasonMatch
+		case holder >= 0 && home == holderUnder:
+			ch.Reason = ReasonSpill
+		case holder >= 0:
+			ch.Reason = ReasonSpillCold
+		case home == hrw:
+			ch.Reason = ReasonCold
 		default:
-			ch.Index, ch.Reason = hrwUnder, ReasonColdSpill
+			ch.Reason = ReasonColdSpill
 		}
 	}
 	ch.Spilled = ch.Index != ch.Preferred
@@ -98,7 +116,7 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 // candidateCost is the cost of sending a request of the given size, in
 // chunks of the given size (chunks of them in all), to c, which holds d
 // useful chunks of it (0 below MinDepth), up to a term that is the same
-// for every candidate:
+// for every candidate, and its predicted time to first token there:
 //
 //	matched = min(d*chunk, size)
 //	ttft    = (Backlog + size - matched) * ns
@@ -107,7 +125,7 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 // where ns is c.NsPerByte, or ref when unset or invalid. A NaN (from an
 // invalid policy's product of infinities) counts as +Inf, so it never
 // wins.
-func candidateCost(c *Candidate, d int, size, chunk, chunks int64, ref, weight float64) float64 {
+func candidateCost(c *Candidate, d int, size, chunk, chunks int64, ref, weight float64) (cost, ttft float64) {
 	matched := size
 	if int64(d) < chunks {
 		matched = int64(d) * chunk
@@ -116,9 +134,13 @@ func candidateCost(c *Candidate, d int, size, chunk, chunks int64, ref, weight f
 	if !(ns > 0) || math.IsInf(ns, 1) {
 		ns = ref
 	}
-	cost := (float64(max(c.Backlog, 0))+float64(size-matched))*ns - weight*ref*float64(matched)
-	if cost != cost {
-		return math.Inf(1)
+	ttft = (float64(max(c.Backlog, 0)) + float64(size-matched)) * ns
+	cost = ttft - weight*ref*float64(matched)
+	if ttft != ttft {
+		ttft = math.Inf(1)
 	}
-	return cost
+	if cost != cost {
+		return math.Inf(1), ttft
+	}
+	return cost, ttft
 }

@@ -79,10 +79,10 @@
 // bound, to the one with the least backlog, the rendezvous-hash winner's
 // placement on a tie ([ReasonPrefill] when that moves it). With no backlog
 // anywhere nothing moves. Warm requests are not moved by the backlog:
-// moving one throws away its cached prefix, and measured on the Mooncake
-// trace, moving warm requests whenever the holder's queue exceeded the
-// prefill their match saves (NVIDIA Dynamo's cost) cut the hit rate from
-// 0.136 to 0.123 (docs/tuning.md).
+// moving one throws away its cached prefix, and on the Mooncake trace
+// moving warm requests whenever the holder's queue exceeded the prefill
+// their match saves (NVIDIA Dynamo's cost) lost hit rate (docs/tuning.md
+// has the figures).
 //
 // # The choice
 //
@@ -133,39 +133,49 @@
 // nothing, as in the rules: following chat-template boilerplate would
 // herd unrelated conversations onto whichever replica saw it first.
 //
-// A warm request (some holder) goes to the least cost, the deeper and
-// then the higher-ranked by rendezvous hashing on a tie: [ReasonMatch]
-// when that is the deepest holder, [ReasonSpill] another holder,
-// [ReasonSpillCold] a candidate with no useful prefix. Staying home
-// costs only the unmatched part, so against an idle candidate a holder
-// with queue q and match m keeps the request while
+// Every request has a home: the deepest holder under the bound (the
+// higher-ranked by rendezvous hashing among equally deep ones), or, if
+// no holder is under the bound, the rendezvous-hash winner under it. The
+// home depends on the index, the bound and the placement key, which the
+// edges of a tier share; not on the queues, of which each edge sees its
+// own share. The request leaves its home only for the least cost under
+// the bound (the deeper, then the higher-ranked, on a tie), and only when
+// the move saves more than a margin:
 //
-//	q * ns <= (1 + CacheWeight) * m * ns
+//	cost(home) - cost(least) > max(size, MinDepth * ChunkSize) * Policy.NsPerByte + ttft(least)
 //
-// (one speed throughout): CacheWeight 0 moves it as soon as the queue
-// outweighs the prefill the match saves (NVIDIA Dynamo's and Mooncake's
-// cost), and large weights keep it home as the rules do. With nothing
-// queued anywhere the holder's cost is the least, so a conversation stays
-// home.
+// that is, more than the request's own prefill (counted as at least the
+// shortest match the policy routes on, so that a short request is not
+// moved by a queue of a request or two) plus all it is predicted to wait
+// and prefill where it goes. With one speed and CacheWeight 0, the move
+// must more than halve its predicted time to first token. Two edges that
+// each see their own part of the queues then place a request alike,
+// unless the difference one of them sees is of the size of the margin: a
+// rule that moved a request on any difference would let every edge place
+// a conversation by its own load, and its turns would alternate between
+// replicas. Reasons: [ReasonMatch] at the deepest holder, [ReasonSpill]
+// at another holder, [ReasonSpillCold] at a candidate with no useful
+// prefix; for a cold request (no holder), [ReasonCold] at the
+// rendezvous-hash winner, [ReasonColdSpill] at the highest-ranked under
+// the bound when the winner is over it, [ReasonPrefill] moved by the
+// cost.
 //
-// A cold request (no holder) goes to the rendezvous-hash winner under
-// the bound ([ReasonCold], or [ReasonColdSpill] when the bound excludes
-// the overall winner) unless its cost exceeds the least by more than the
-// request's own prefill, size * Policy.NsPerByte: then to the least cost
-// ([ReasonPrefill]). Its predicted time to first token there is at least
-// its own prefill, so a cold request waits at most about twice the best
-// it could (one speed throughout). Edges whose private views of the
-// queues differ a little place it alike, unless the difference one of
-// them sees lies close to that margin. A rule that moved it on any
-// difference would let every edge place a conversation by its own load,
-// and its turns would alternate between replicas.
+// Against an idle candidate with no useful prefix, a holder with queue q
+// and match m of a request of size s (one speed, s above the floor)
+// keeps the request while
+//
+//	q <= 2*s + (1 + CacheWeight) * m
+//
+// CacheWeight 0 counts only the request's time to first token; larger
+// weights keep it home longer. With nothing queued anywhere the home's
+// cost is the least, so a conversation stays home.
 //
 // On an idle fleet (no backlog, one speed) every candidate's ttft is its
-// unmatched part, so the cost chooses exactly as the rules do with the
-// cold bound off: the deepest holder under the bound, else the
-// rendezvous-hash winner. With no speed at all (Policy.NsPerByte 0 and
-// no candidate speeds) every cost is equal and the same holds whatever
-// the queues. The bound and the byte bound stay hard caps; the cold
+// unmatched part, so no move saves anything and the cost chooses exactly
+// as the rules do with the cold bound off: the deepest holder under the
+// bound, else the rendezvous-hash winner. With no speed at all
+// (Policy.NsPerByte 0 and no candidate speeds) every cost is equal and
+// the same holds whatever the queues. The bound and the byte bound stay hard caps; the cold
 // bound and ColdBacklog are rules the cost replaces, and are not read.
 // The cost is computed in the same single pass as the rules, without
 // allocating.

@@ -7,11 +7,11 @@ import (
 
 // DefaultLoadFactor is the default Policy.LoadFactor: no candidate takes a
 // request that would put it above 1.25 times the mean in-flight load (plus
-// the allowance). 1.25 is the factor used by KubeAI's PrefixHash strategy
-// for LLM replicas and the low end of the "reasonable values from 125 to
-// 200" of HAProxy's hash-balance-factor, which vimeo contributed for its
-// bounded-load consistent hashing. Lower factors spill more often and lose
-// cache hits; higher ones let a hot prefix queue on one replica.
+// the allowance). It is the factor KubeAI's PrefixHash strategy uses for
+// LLM replicas, and the low end of the range HAProxy recommends for its
+// hash-balance-factor, which vimeo contributed for its bounded-load
+// consistent hashing. Lower factors spill more often and lose cache hits;
+// higher ones let a hot prefix queue on one replica (docs/tuning.md).
 const DefaultLoadFactor = 1.25
 
 // DefaultColdLoadFactor is the default Policy.ColdLoadFactor: a cold
@@ -20,22 +20,20 @@ const DefaultLoadFactor = 1.25
 // cached prefix, since no candidate holds one, so it may be bounded as
 // tightly as balance asks; a warm request's bound stays loose because
 // moving it throws its cache away. Rendezvous hashing alone places new
-// prompt families like balls in bins (on the shared-prefix workload, 95
-// groups on 8 engines, the busiest served 1.34-1.63x the mean requests),
-// and the busiest engine then evicts families it will be asked for again;
-// with this bound it serves 1.13-1.24x, and the hit rate at 80 QPS rose
-// from 0.778 to 0.803 (1.25 gave 0.805 with a worse TTFT p90). On an idle
-// fleet every candidate is within it (docs/tuning.md).
+// prompt families like balls in bins, and the busiest engine then evicts
+// families it will be asked for again; the bound evens them out (the
+// measurements are in docs/tuning.md). On an idle fleet every candidate
+// is within it.
 const DefaultColdLoadFactor = 1.0
 
 // DefaultAllowance is the default Policy.Allowance, in requests in flight.
 // An engine with continuous batching runs hundreds of sequences at once, so
 // a replica holding a handful more requests than its peers is not
-// overloaded, and spilling it would only throw its cache away: with 2 in
-// flight on the warm replica and none elsewhere, the multiplicative bound
-// alone (1.25 x mean) would already push the next request away. 16 lets a
-// replica run 16 requests beyond the multiplicative bound before any
-// spill. It is a starting point, to be tuned from bench/ results.
+// overloaded, and spilling it would only throw its cache away: at low load
+// the multiplicative bound alone would push the second request of a
+// conversation off its warm replica. The allowance lets a replica run that
+// many requests beyond the multiplicative bound before any spill. It is a
+// starting point, to be tuned from bench/ results.
 const DefaultAllowance = 16
 
 // DefaultMinDepth is the default Policy.MinDepth, in chunks. With 256-byte
@@ -47,20 +45,20 @@ const DefaultAllowance = 16
 // by rendezvous hashing, which spreads conversations and still sends every
 // later turn of one conversation to the same replica. Deeper matches (a
 // real system prompt, tool definitions, earlier turns) are worth following.
-// Scale it with the chunk size to keep about 1 KiB.
+// Scale it with the chunk size to keep about 1 KiB. With Policy.Cost it is
+// also the least prefill a move must save: a request shorter than it
+// counts as that long in the margin.
 const DefaultMinDepth = 4
 
 // DefaultCacheWeight is the default Policy.CacheWeight: moving a request
 // off its deepest holder must save at least as much predicted time to
 // first token as the prefill the fleet recomputes for it. Staying home
-// already costs the request only its unmatched part, so with weight 1 a
-// warm request leaves a holder whose queue is q longer than elsewhere
-// only when q exceeds twice the prefix it would give up: it pays the
-// prefix once in its own time to first token and once more as
-// duplicated work (the KV cache the copy takes, the prefill the engine
-// does instead of another request's). 0 is pure predicted time to first
-// token; larger values keep affinity as the rules do. The race on the
-// tuning set chooses the final value (docs/tuning.md).
+// already costs the request only its unmatched part, so the prefix counts
+// twice against a move: once in the request's own time to first token
+// and once more as duplicated work (the KV cache the copy takes, the
+// prefill the engine does instead of another request's). 0 is pure
+// predicted time to first token; larger values keep affinity as the
+// rules do. The race on the tuning set sweeps it (bench/scoring).
 const DefaultCacheWeight = 1.0
 
 // maxBoundTerm caps the multiplicative term of the bound, so that a huge or

@@ -9,17 +9,19 @@ const (
 	// ReasonNone: there were no candidates; Choice.Index is -1.
 	ReasonNone Reason = iota
 	// ReasonMatch: the deepest holder, which is under the bound (with
-	// Policy.Cost: and the least cost).
+	// Policy.Cost: and no move from it saves more than the margin).
 	ReasonMatch
 	// ReasonSpill: the deepest holder is over the bound, so the deepest
 	// holder under it (the next-deepest, or an equally deep one ranked
-	// lower by rendezvous hashing). With Policy.Cost: another holder, of
-	// less cost than the deepest (the bound or its queue moved it).
+	// lower by rendezvous hashing). With Policy.Cost: that, or another
+	// holder whose cost is less than that one's by more than the margin.
 	ReasonSpill
 	// ReasonSpillCold: every holder is over the bound, so the
 	// rendezvous-hash winner among the candidates under it, as for a cold
-	// request. The prefix is lost for this request. With Policy.Cost: a
-	// candidate that holds no useful prefix, of the least cost.
+	// request. The prefix is lost for this request. With Policy.Cost:
+	// that, or a candidate that holds no useful prefix whose cost is
+	// less than the deepest holder's under the bound by more than the
+	// margin.
 	ReasonSpillCold
 	// ReasonCold: no candidate holds a useful prefix; the
 	// rendezvous-hash winner of the placement key, which is under the
@@ -37,7 +39,7 @@ const (
 	// cold bound with less prefill queued (Candidate.Backlog). With
 	// Policy.Cost: a cold request moved from the rendezvous-hash winner
 	// under the bound to the least cost, which is less by more than the
-	// request's own prefill.
+	// margin.
 	ReasonPrefill
 
 	numReasons // must stay last

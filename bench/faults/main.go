@@ -36,12 +36,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -193,6 +196,38 @@ func reportRedis(w io.Writer, results []Result) {
 			keptShares(r, sharedPrompt, phaseRedisRestarted+1), keptShares(r, shortPrompt, phaseRedisRestarted+1))
 	}
 	fmt.Fprintf(w, "\none replica: of the conversations with at least two turns served in a phase, those whose turns in it all went to one engine; shared prompt: those opening with one of 8 long system prompts (~3 KB), short prompt: the others (their whole text under min_match's 1 KiB).\n")
+	fmt.Fprintf(w, "\nturns served by another engine than their conversation's previous turn, by the reason of the moved turn's placement, %s:\n\n", phases)
+	fmt.Fprintf(w, "| policy | sync | shared prompt | short prompt |\n|---|---|---|---|\n")
+	for _, r := range results {
+		sync := r.Sync
+		if sync == "" {
+			sync = "none (control)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.Policy, sync,
+			movesShares(r, sharedPrompt, phaseRedisRestarted+1), movesShares(r, shortPrompt, phaseRedisRestarted+1))
+	}
+}
+
+// movesShares formats, for the first n phases, the moved turns of a kind
+// of conversation by reason, most frequent first.
+func movesShares(r Result, kind, n int) string {
+	var parts []string
+	for p := range n {
+		moves := r.Moves[kind][p]
+		reasons := slices.Collect(maps.Keys(moves))
+		slices.SortFunc(reasons, func(a, b string) int {
+			return cmp.Or(cmp.Compare(moves[b], moves[a]), cmp.Compare(a, b))
+		})
+		var rs []string
+		for _, reason := range reasons {
+			rs = append(rs, fmt.Sprintf("%s %d", cmp.Or(reason, "(none)"), moves[reason]))
+		}
+		if len(rs) == 0 {
+			rs = append(rs, "0")
+		}
+		parts = append(parts, strings.Join(rs, ", "))
+	}
+	return strings.Join(parts, " / ")
 }
 
 // keptShares formats, for the first n phases, the conversations of a

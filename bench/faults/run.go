@@ -234,6 +234,13 @@ type Result struct {
 	// prefill again.
 	Conversations [2][maxPhases]int
 	Kept          [2][maxPhases]int
+
+	// Moves counts, by kind and by phase, the turns served by another
+	// engine than their conversation's previous turn in the same phase,
+	// by the reason prefix_cache gave for the moved turn's placement
+	// (driver.ReasonHeader; "" for another policy): what moved the
+	// conversations that did not keep one replica.
+	Moves [2][maxPhases]map[string]int
 }
 
 // The kinds of conversation of a run: every other one opens with a long
@@ -278,11 +285,31 @@ func keptOneReplica(turns [][]servedTurn) (conversations, kept [maxPhases]int) {
 	return conversations, kept
 }
 
+// movesByReason counts, by phase, the turns served by another engine
+// than the previous turn of their conversation in the same phase, by the
+// reason of the moved turn's placement.
+func movesByReason(turns [][]servedTurn) (moves [maxPhases]map[string]int) {
+	for p := range moves {
+		moves[p] = map[string]int{}
+	}
+	for _, conv := range turns {
+		for i := 1; i < len(conv); i++ {
+			prev, t := conv[i-1], conv[i]
+			if t.phase == prev.phase && t.engine != prev.engine {
+				moves[t.phase][t.reason]++
+			}
+		}
+	}
+	return moves
+}
+
 // servedTurn is one served turn of a conversation: the phase it was sent
-// in and the engine that answered it.
+// in, the engine that answered it, and the reason prefix_cache gave for
+// its placement.
 type servedTurn struct {
 	phase  int32
 	engine string
+	reason string
 }
 
 // Run starts four engines and a Caddy in front of them, sends
@@ -435,12 +462,12 @@ http://%s {
 					history = append(history, fmt.Sprintf("client %d conversation %d turn %d: %s", c, conv, turn, question))
 					p := phase.Load()
 					start := time.Now()
-					answer, by, lost := ask(ctx, client, urls[edge.IntN(len(urls))], system, history)
+					answer, by, reason, lost := ask(ctx, client, urls[edge.IntN(len(urls))], system, history)
 					outcomes <- outcome{p, time.Since(start), lost}
 					if lost != "" {
 						break // the user gives up on this conversation
 					}
-					served = append(served, servedTurn{p, by})
+					served = append(served, servedTurn{p, by, reason})
 					history = append(history, answer)
 				}
 				convMu.Lock()
@@ -553,6 +580,7 @@ http://%s {
 	}
 	for kind, turns := range convTurns {
 		res.Conversations[kind], res.Kept[kind] = keptOneReplica(turns)
+		res.Moves[kind] = movesByReason(turns)
 	}
 	res.DelayThreshold = delayFactor * res.PhaseP99[phaseWarm]
 	for _, ls := range byPhase[phaseWarm+1:] {
@@ -587,9 +615,10 @@ func discardLogs(cfg []byte) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// ask sends one chat turn and returns the assistant's answer and the
-// engine that gave it, or why the request was lost.
-func ask(ctx context.Context, client *http.Client, url, system string, history []string) (answer, engine, lost string) {
+// ask sends one chat turn and returns the assistant's answer, the engine
+// that gave it and the reason prefix_cache gave for its placement, or why
+// the request was lost.
+func ask(ctx context.Context, client *http.Client, url, system string, history []string) (answer, engine, reason, lost string) {
 	msgs := []map[string]string{{"role": "system", "content": system}}
 	for i, h := range history {
 		role := "user"
@@ -605,17 +634,17 @@ func ask(ctx context.Context, client *http.Client, url, system string, history [
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return "", "", "client timeout"
+			return "", "", "", "client timeout"
 		}
-		return "", "", "transport error"
+		return "", "", "", "transport error"
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", "", "truncated response"
+		return "", "", "", "truncated response"
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Sprintf("status %d", resp.StatusCode)
+		return "", "", "", fmt.Sprintf("status %d", resp.StatusCode)
 	}
 	var completion struct {
 		Choices []struct {
@@ -625,9 +654,9 @@ func ask(ctx context.Context, client *http.Client, url, system string, history [
 		} `json:"choices"`
 	}
 	if json.Unmarshal(out, &completion) != nil || len(completion.Choices) == 0 {
-		return "", "", "not a completion"
+		return "", "", "", "not a completion"
 	}
-	return completion.Choices[0].Message.Content, resp.Header.Get(engineHeader), ""
+	return completion.Choices[0].Message.Content, resp.Header.Get(engineHeader), resp.Header.Get(driver.ReasonHeader), ""
 }
 
 // systemPrompts are 8 long shared system prompts (~3 KB each), so that

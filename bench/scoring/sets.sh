@@ -95,20 +95,22 @@ fi
 
 # The tuning procedure's knobs, each router's own as its upstream
 # exposes them (bench/peers/*.go): router|knob (the JSON key)|default|
-# values beside the default|bounds lo,hi of an extended range. Every
-# router has the same budget: 8 variant settings, and at most
-# MAX_EXTEND more where a pick is at the edge of its range.
+# values beside the default|bounds lo,hi of an extended range. A knob
+# with no bounds is categorical: its values are names (JSON strings),
+# and its range is never extended. Every router has the same budget: 8
+# variant settings, and at most MAX_EXTEND more where a pick is at the
+# edge of its range.
 PROCEDURE_KNOBS=(
-	# prefix_cache as Caddyfile.example configures it (PC_FIELDS).
-	"prefix_cache|load_factor|1.25|1.1 1.5|1,8"
-	"prefix_cache|min_match_ratio|0.3|0.1 0.5|0,1"
-	"prefix_cache|load_allowance_bytes|131072|65536 262144|0,16777216"
+	# prefix_cache as Caddyfile.example configures it (PC_FIELDS): the
+	# choice (the cost against the rules), the cost's weight of the
+	# cache hit given up, then the bounds and the queue's speed, one
+	# value each where a pick at the edge extends the range.
+	"prefix_cache|choice|cost|rules|"
+	"prefix_cache|cache_weight|1|0.5 2|0,16"
+	"prefix_cache|load_factor|1.25|1.5|1,8"
+	"prefix_cache|min_match_ratio|0.3|0.5|0,1"
+	"prefix_cache|load_allowance_bytes|131072|262144|0,16777216"
 	"prefix_cache|prefill_rate|65536|32768 131072|1024,16777216"
-	# cache_weight, the predicted-TTFT cost's weight of the cache hit
-	# given up (issue 38), is not built yet. When it lands, add
-	#   "prefix_cache|cache_weight|DEFAULT|V1 V2 V3|LO,HI"
-	# and take values out of the knobs above so that prefix_cache's
-	# variants stay 8.
 	# SGLang model gateway: cache-aware policy thresholds.
 	"peer_sglang|cache_threshold|0.3|0.1 0.5 0.7|0,1"
 	"peer_sglang|balance_abs_threshold|64|16 32 128|1,4096"
@@ -132,6 +134,7 @@ PROCEDURE_KNOBS=(
 MAX_EXTEND=4
 if [[ ${SMOKE:-0} == 1 ]]; then
 	PROCEDURE_KNOBS=(
+		"prefix_cache|choice|cost|rules|"
 		"prefix_cache|min_match_ratio|0.3|0.5|0,1"
 		"peer_sglang|cache_threshold|0.3|0.5|0,1"
 	)
@@ -157,6 +160,16 @@ spec_json() {
 	done
 	local IFS=,
 	echo "{${fields[*]}}"
+}
+
+# knob_json BOUNDS VALUE: VALUE as JSON for a knob with those bounds:
+# a number as it is, a categorical knob's (no bounds) name quoted.
+knob_json() {
+	if [[ -z $1 ]]; then
+		echo "\"$2\""
+	else
+		echo "$2"
+	fi
 }
 
 # build puts prefixbench and peertable, built from the working tree, in

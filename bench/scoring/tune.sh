@@ -16,7 +16,8 @@
 # variant settings beside its default in the same runs, each knob's value picked
 # by peertable -pick, a knob whose pick is at the edge of its range
 # extended one step beyond it (up to MAX_EXTEND extra settings per
-# router), and the router's tuned setting (every knob at its pick)
+# router; a categorical knob, such as prefix_cache's choice of cost or
+# rules, is never extended), and the router's tuned setting (every knob at its pick)
 # written to OUTDIR/tuned.txt as ROUTER_tuned=JSON, one per line, for
 # run.sh's TUNED. OUTDIR/tuning.md gathers every pick's table.
 #
@@ -128,16 +129,19 @@ procedure() {
 		kdef[$knob]=$def
 		kbounds[$knob]=$bounds
 		for v in $values; do
-			custom+=(-custom-policy "$router-$knob-$v=$(spec_json "$router" "$knob=$v")")
+			custom+=(-custom-policy "$router-$knob-$v=$(spec_json "$router" "$knob=$(knob_json "$bounds" "$v")")")
 		done
 	done
 	[[ ${#knobs[@]} -gt 0 ]] || { echo "tune.sh: no knob of router $router in PROCEDURE_KNOBS" >&2; exit 2; }
 	tuning_runs "$OUT/$router" "$router" "${custom[@]}"
-	local base_files=("${RUN_FILES[@]}") extended=0 picks=() line next
+	local base_files=("${RUN_FILES[@]}") extended=0 picks=() line next range
 	for knob in "${knobs[@]}"; do
 		local files=("${base_files[@]}") x=0
+		# A categorical knob (no bounds) has no range to extend.
+		range=()
+		[[ -z ${kbounds[$knob]} ]] || range=(-range "${kbounds[$knob]}")
 		while :; do
-			runlog "$OUT/.bin/peertable" -pick "$router" -knob "$knob" -default "${kdef[$knob]}" -range "${kbounds[$knob]}" \
+			runlog "$OUT/.bin/peertable" -pick "$router" -knob "$knob" -default "${kdef[$knob]}" "${range[@]}" \
 				"${files[@]}" >"$OUT/$router-$knob.pick.md"
 			next=$(sed -n 's/^next: //p' "$OUT/$router-$knob.pick.md")
 			[[ -n $next && $extended -lt $MAX_EXTEND ]] || break
@@ -148,7 +152,7 @@ procedure() {
 			files+=("${RUN_FILES[@]}")
 		done
 		line=$(sed -n 's/^picked: //p' "$OUT/$router-$knob.pick.md")
-		[[ $line == "${kdef[$knob]}" ]] || picks+=("$knob=$line")
+		[[ $line == "${kdef[$knob]}" ]] || picks+=("$knob=$(knob_json "${kbounds[$knob]}" "$line")")
 		cat "$OUT/$router-$knob.pick.md" >>"$OUT/tuning.md.tmp"
 		echo >>"$OUT/tuning.md.tmp"
 	done

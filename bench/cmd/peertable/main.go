@@ -63,8 +63,8 @@ func main() {
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
 	pickBase := flag.String("pick", "", "pick a tuning sweep's setting: the default setting's policy, beside variants named POLICY-KNOB-VALUE (see -knob, -default, -range)")
 	pickKnob := flag.String("knob", "", "with -pick: the knob swept")
-	pickDefault := flag.Float64("default", 0, "with -pick: the knob's value in the default setting")
-	pickRange := flag.String("range", "-1e18,1e18", "with -pick: the knob's bounds lo,hi, which an extended range stays within")
+	pickDefault := flag.String("default", "0", "with -pick: the knob's value in the default setting (a name, not a number, for a categorical knob such as choice)")
+	pickRange := flag.String("range", "-1e18,1e18", "with -pick: the knob's bounds lo,hi, which an extended range stays within (a categorical knob's is never extended)")
 	tiers := flag.Bool("tiers", false, "show each run under its policy and edge tier, e.g. 'prefix_cache e4 redis' (applied before -rename)")
 	flag.Parse()
 	if flag.NArg() == 0 {

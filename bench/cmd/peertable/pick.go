@@ -30,11 +30,17 @@ import (
 // When the pick is the lowest or the highest value swept, the knob's
 // range is extended: next is one step beyond it (the step to its
 // neighbour), within the knob's bounds; none when it is at a bound.
+//
+// A knob whose default is not a number (choice: cost or rules) is
+// categorical: its values are names, ordered by name after the default,
+// and its range is never extended.
 
-// setting is one value of the knob, run as policy.
+// setting is one value of the knob, run as policy: a number, or the
+// name of a categorical knob's value.
 type setting struct {
 	policy string
 	value  float64
+	name   string
 }
 
 // pickResult is what pick found.
@@ -49,15 +55,17 @@ type pickResult struct {
 	edge     string  // "low", "high" or ""
 	next     float64 // the value beyond the edge, if hasNext
 	hasNext  bool
+	named    bool // a categorical knob: settings' names, no edge
 }
 
 // pickSetting applies the rule to the sweep of knob in results: base is
-// the default setting's policy, def its value of the knob, and lo and hi
-// the knob's bounds.
-func pickSetting(results []*driver.Result, base, knob string, def, lo, hi float64) (*pickResult, error) {
+// the default setting's policy, def its value of the knob (a number, or
+// a name for a categorical knob), and lo and hi the knob's bounds.
+func pickSetting(results []*driver.Result, base, knob, def string, lo, hi float64) (*pickResult, error) {
 	cells := group(results, nil)
 	prefix := base + "-" + knob + "-"
-	p := &pickResult{settings: []setting{{base, def}}}
+	d, err := strconv.ParseFloat(def, 64)
+	p := &pickResult{settings: []setting{{base, d, def}}, named: err != nil}
 	seen := map[string]bool{base: true}
 	for _, c := range cells {
 		for _, name := range c.policies {
@@ -66,18 +74,24 @@ func pickSetting(results []*driver.Result, base, knob string, def, lo, hi float6
 				continue
 			}
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
+			if err != nil && !p.named {
 				return nil, fmt.Errorf("policy %s: the value %q is not a number", name, v)
 			}
 			seen[name] = true
-			p.settings = append(p.settings, setting{name, f})
+			p.settings = append(p.settings, setting{name, f, v})
 		}
 	}
 	if len(p.settings) < 2 {
 		return nil, fmt.Errorf("no variant %s* beside %s", prefix, base)
 	}
-	// Variants in order of value; the default first.
-	slices.SortStableFunc(p.settings[1:], func(a, b setting) int { return cmpFloat(a.value, b.value) })
+	// Variants in order of value (of name, for a categorical knob); the
+	// default first.
+	slices.SortStableFunc(p.settings[1:], func(a, b setting) int {
+		if p.named {
+			return strings.Compare(a.name, b.name)
+		}
+		return cmpFloat(a.value, b.value)
+	})
 
 	// The pooled figures of every setting, pair by pair.
 	n := len(p.settings)
@@ -131,7 +145,10 @@ func pickSetting(results []*driver.Result, base, knob string, def, lo, hi float6
 		}
 	}
 
-	// The edge, among every value swept.
+	// The edge, among every value swept; a categorical knob has none.
+	if p.named {
+		return p, nil
+	}
 	values := make([]float64, n)
 	for i, s := range p.settings {
 		values[i] = s.value
@@ -196,10 +213,10 @@ func writePick(w io.Writer, knob string, p *pickResult) {
 		if i == p.picked {
 			notes = append(notes, "**picked**")
 		}
-		fmt.Fprintf(w, "| %s | %s | %.3f | %s | %.3f | %s |\n", s.policy, formatValue(s.value), p.hit[i], p.vsBest[i].format(3), p.relP90[i], strings.Join(notes, ", "))
+		fmt.Fprintf(w, "| %s | %s | %.3f | %s | %.3f | %s |\n", s.policy, p.format(s), p.hit[i], p.vsBest[i].format(3), p.relP90[i], strings.Join(notes, ", "))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "picked: %s\n", formatValue(p.settings[p.picked].value))
+	fmt.Fprintf(w, "picked: %s\n", p.format(p.settings[p.picked]))
 	edge := p.edge
 	if edge == "" {
 		edge = "none"
@@ -208,6 +225,14 @@ func writePick(w io.Writer, knob string, p *pickResult) {
 	if p.hasNext {
 		fmt.Fprintf(w, "next: %s\n", formatValue(p.next))
 	}
+}
+
+// format prints a setting's value: its name for a categorical knob.
+func (p *pickResult) format(s setting) string {
+	if p.named {
+		return s.name
+	}
+	return formatValue(s.value)
 }
 
 // parseRange parses -range "lo,hi".

@@ -77,7 +77,7 @@ func TestPick(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := pickSetting(sweep(tt.settings), "r", "k", 1, tt.lo, tt.hi)
+			p, err := pickSetting(sweep(tt.settings), "r", "k", "1", tt.lo, tt.hi)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,18 +90,45 @@ func TestPick(t *testing.T) {
 	}
 }
 
+// TestPickNamed: a knob whose default is a name is categorical: its
+// variants are named, the rule picks among them alike, and the range
+// is never extended, even from a value at its edge.
+func TestPickNamed(t *testing.T) {
+	var rs []*driver.Result
+	for range 5 {
+		r := &driver.Result{Workload: "chat"}
+		r.Runs = append(r.Runs, run("r", 0.80, 1.0), run("r-choice-rules", 0.80, 0.8), run("r-choice-other", 0.70, 0.5))
+		rs = append(rs, r)
+	}
+	p, err := pickSetting(rs, "r", "choice", "cost", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	writePick(&b, "choice", p)
+	// other is behind on hit rate; rules ties it and is faster.
+	if want := "\n\npicked: rules\nedge: none\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("pick ends:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, row := range []string{"| r | cost |", "| r-choice-other | other |", "| r-choice-rules | rules |"} {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("pick table:\n%s\nwant a row %q", b.String(), row)
+		}
+	}
+}
+
 func TestPickErrors(t *testing.T) {
 	rs := sweep(map[string][2]float64{"r": {0.8, 1}, "r-k-2": {0.8, 1}})
 	rs[0].Runs = rs[0].Runs[:1] // one run of r-k-2 fewer
-	if _, err := pickSetting(rs, "r", "k", 1, 0, 10); err == nil || !strings.Contains(err.Error(), "not paired") {
+	if _, err := pickSetting(rs, "r", "k", "1", 0, 10); err == nil || !strings.Contains(err.Error(), "not paired") {
 		t.Errorf("unpaired sweep: error %v, want not paired", err)
 	}
-	if _, err := pickSetting(sweep(map[string][2]float64{"r": {0.8, 1}}), "r", "k", 1, 0, 10); err == nil {
+	if _, err := pickSetting(sweep(map[string][2]float64{"r": {0.8, 1}}), "r", "k", "1", 0, 10); err == nil {
 		t.Errorf("a sweep without variants: no error")
 	}
 	bad := sweep(map[string][2]float64{"r": {0.8, 1}})
 	bad[0].Runs = append(bad[0].Runs, run("r-k-fast", 0.9, 1))
-	if _, err := pickSetting(bad, "r", "k", 1, 0, 10); err == nil {
+	if _, err := pickSetting(bad, "r", "k", "1", 0, 10); err == nil {
 		t.Errorf("a variant named r-k-fast: no error")
 	}
 	for _, s := range []string{"1", "2,1", "a,b"} {
