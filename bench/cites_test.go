@@ -95,7 +95,13 @@ func citations(t *testing.T, root, doc string) []citation {
 		add(path.Join(dir, target), m[1])
 	}
 	for _, m := range rootRe.FindAllString(text, -1) {
-		for _, p := range expandBraces(strings.TrimRight(m, ".,")) {
+		m = strings.TrimRight(m, ".,")
+		// A link's text, [bench/results/x](...), ends in a bracket the
+		// path never opened.
+		for strings.HasSuffix(m, "]") && strings.Count(m, "]") > strings.Count(m, "[") {
+			m = strings.TrimSuffix(m, "]")
+		}
+		for _, p := range expandBraces(m) {
 			add(p, m)
 		}
 	}
