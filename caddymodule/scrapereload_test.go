@@ -57,26 +57,7 @@ func TestReloadScrapesQuiet(t *testing.T) {
 }`, logFile, site, backend.Listener.Addr().String(), 1.5+float64(i%2)))
 	}
 	before := scrapeCounts(t)
-	// A connection per request: a reload closes the old server's idle
-	// ones, and a kept-alive one could be reset under the request.
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	// On Linux each config listens on its own SO_REUSEPORT socket, and the
-	// kernel resets a connection still queued on the old one when the old
-	// config closes it: Caddy's reload, not the policy. Such a request
-	// never reached a handler, so it is sent again, a bounded number of
-	// times; a reset on every try still fails the test.
-	request := func() {
-		var err error
-		for try := 0; try < 5; try++ {
-			var resp *http.Response
-			resp, err = client.Post("http://"+site+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(`{"messages":[{"role":"user","content":"hi"}]}`)))
-			if err == nil {
-				resp.Body.Close()
-				return
-			}
-		}
-		t.Fatal(err)
-	}
+	request := func() { postAcrossReloads(t, site) }
 	if err := caddy.Load(cfg(0), true); err != nil {
 		t.Fatal(err)
 	}
@@ -134,4 +115,29 @@ func scrapeCounts(t *testing.T) map[string]float64 {
 		counts[o] = m.GetCounter().GetValue()
 	}
 	return counts
+}
+
+// postAcrossReloads sends one chat request to site while configs are
+// being reloaded. It uses a connection per request: a reload closes the
+// old server's idle ones, and a kept-alive one could be reset under the
+// request. On Linux each config listens on its own SO_REUSEPORT socket,
+// and the kernel resets a connection still queued on the old one when
+// the old config closes it: Caddy's reload, not the policy. Such a
+// request never reached a handler, so it is sent again, a bounded
+// number of times; a reset on every try fails the test.
+func postAcrossReloads(t *testing.T, site string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	defer client.CloseIdleConnections()
+	var err error
+	for try := 0; try < 5; try++ {
+		var resp *http.Response
+		resp, err = client.Post("http://"+site+"/v1/chat/completions", "application/json",
+			bytes.NewReader([]byte(`{"messages":[{"role":"user","content":"hi"}]}`)))
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+	}
+	t.Fatal(err)
 }
