@@ -305,7 +305,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 				us.RemoteInFlight, us.RemoteInFlightBytes = s.state.fleet.Reported(tab.ids[i])
 				if s.fleetOptions.Tier {
 					tier := fleet.Options{Tier: true} // the reports alone, not the engine's count
-					us.RemoteInFlightCounted = s.state.fleet.Counted(fleet.State{}, tab.ids[i], u.Dial, now, us.InFlight, 0, &tier).RemoteRequests
+					us.RemoteInFlightCounted = s.state.fleet.Counted(fleet.State{}, tab.ids[i], u.Dial, now, us.InFlight, 0, false, &tier).RemoteRequests
 				}
 				if c, ok := s.state.fleet.Answers(tab.ids[i]); ok && tab.ids[i] != 0 {
 					us.Answers = &answerStats{

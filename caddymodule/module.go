@@ -829,8 +829,9 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 		st := s.state.fleet.Read(sc.ids[j], u.Dial, nowNS, &s.fleetOptions)
 		own := u.NumRequests()
 		// What the other edges report counts only as far as this edge's
-		// own load there makes it plausible (fleet.RemoteRatio).
-		st = s.state.fleet.Counted(st, sc.ids[j], u.Dial, nowNS, own, int64(v.textLen), &s.fleetOptions)
+		// own load there makes it plausible (fleet.RemoteRatio), and
+		// their queue less where the request holds a prefix.
+		st = s.state.fleet.Counted(st, sc.ids[j], u.Dial, nowNS, own, int64(v.textLen), sc.depths[j] > 0, &s.fleetOptions)
 		sc.cands[j].Depth = sc.depths[j]
 		sc.cands[j].Load = own + st.RemoteRequests
 		sc.cands[j].Bytes = st.Bytes + st.RemoteBytes

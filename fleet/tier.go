@@ -71,9 +71,16 @@ const RemoteRatio = 4
 // does not) plus one, and s.Bytes plus promptBytes, the request's
 // routing text. The engine's own count (Options.EngineQueue) is not
 // clamped: the engine is trusted. The prefill queue stays at most the
-// uncached bytes in flight there, the other edges' as counted. It takes
-// no lock and allocates nothing.
-func (f *Fleet) Counted(s State, id prefixindex.ID, upstream string, now int64, own int, promptBytes int64, o *Options) State {
+// uncached bytes in flight there, the other edges' as counted; where
+// the request holds a prefix (holds), the other edges' count at most
+// RemoteRatio times this edge's own uncached bytes there, without the
+// request's: a queue weighed against a cached prefix moves a warm
+// request off its cache, and a claim of a few prompts at an upstream
+// this edge has nothing in flight at would move every conversation
+// living there (TestForgedLoadCannotSteerTheTier). A cold request loses
+// no cache by moving, so it keeps the whole count. It takes no lock and
+// allocates nothing.
+func (f *Fleet) Counted(s State, id prefixindex.ID, upstream string, now int64, own int, promptBytes int64, holds bool, o *Options) State {
 	if !o.Tier {
 		return s
 	}
@@ -85,8 +92,12 @@ func (f *Fleet) Counted(s State, id prefixindex.ID, upstream string, now int64, 
 			s.RemoteRequests = max(s.RemoteRequests, e.Others)
 		}
 	}
-	if s.NsPerByte > 0 && s.Queued > s.Uncached+s.RemoteBytes {
-		s.Queued = s.Uncached + s.RemoteBytes
+	remote := s.RemoteBytes
+	if holds {
+		remote = min(remote, RemoteRatio*max(s.Uncached, 0))
+	}
+	if s.NsPerByte > 0 && s.Queued > s.Uncached+remote {
+		s.Queued = s.Uncached + remote
 		s.Wait = int64(float64(s.Queued) * s.NsPerByte)
 	}
 	return s

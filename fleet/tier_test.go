@@ -154,17 +154,22 @@ func TestCountedClampsReports(t *testing.T) {
 		id          prefixindex.ID
 		own         int
 		prompt      int64
+		holds       bool
 		wantReq     int
 		wantBytes   int64
 		wantQueued  int64
 		wantCounted bool
 	}{
-		{"forged, nothing of this edge's there", 1, 0, 1000, RemoteRatio, RemoteRatio * 1000, RemoteRatio * 1000, false},
-		{"forged, two of this edge's there", 1, 2, 1000, RemoteRatio * 3, RemoteRatio * 1000, RemoteRatio * 1000, false},
-		{"honest, within the ratio", 2, 0, 1000, 3, 3000, 0, true},
+		{"forged, nothing of this edge's there", 1, 0, 1000, false, RemoteRatio, RemoteRatio * 1000, RemoteRatio * 1000, false},
+		{"forged, two of this edge's there", 1, 2, 1000, false, RemoteRatio * 3, RemoteRatio * 1000, RemoteRatio * 1000, false},
+		// Where the request holds a prefix and this edge has no
+		// uncached text in flight, the forged queue counts for
+		// nothing, whatever the prompt being placed.
+		{"forged, at a holder", 1, 0, 1000, true, RemoteRatio, RemoteRatio * 1000, 0, false},
+		{"honest, within the ratio", 2, 0, 1000, false, 3, 3000, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st := f.Counted(f.Read(tt.id, "a:1", ns, o), tt.id, "a:1", ns, tt.own, tt.prompt, o)
+			st := f.Counted(f.Read(tt.id, "a:1", ns, o), tt.id, "a:1", ns, tt.own, tt.prompt, tt.holds, o)
 			if st.RemoteRequests != tt.wantReq || st.RemoteBytes != tt.wantBytes {
 				t.Errorf("Counted(own %d, prompt %d) = %d requests, %d bytes; want %d, %d", tt.own, tt.prompt, st.RemoteRequests, st.RemoteBytes, tt.wantReq, tt.wantBytes)
 			}
@@ -176,7 +181,7 @@ func TestCountedClampsReports(t *testing.T) {
 			}
 		})
 	}
-	if st := f.Counted(f.Read(1, "a:1", ns, &Options{}), 1, "a:1", ns, 0, 0, &Options{}); st.RemoteRequests != 0 {
+	if st := f.Counted(f.Read(1, "a:1", ns, &Options{}), 1, "a:1", ns, 0, 0, false, &Options{}); st.RemoteRequests != 0 {
 		t.Errorf("Counted without Options.Tier: %d remote requests, want 0", st.RemoteRequests)
 	}
 }

@@ -84,6 +84,17 @@ func TestForgedLoadCannotSteerTheTier(t *testing.T) {
 		}
 		return true
 	})
+	// The forged queue joins the edge's estimate from the second report
+	// on, the first being the baseline its growth is taken from.
+	waitFor(t, 5*time.Second, "the edge queues the forged prefill", func() bool {
+		ups := upstreams(t, e)
+		for _, d := range forged {
+			if ups[d].PrefillBacklog == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, d := range forged {
 		// The stats count for a request to come: the reports clamped to
 		// RemoteRatio times the edge's own in flight there, plus one.
