@@ -93,11 +93,13 @@ const (
 	DefaultPrefillRate = 64 << 10
 
 	// ChoiceRules and ChoiceCost are the values of choice: rules for
-	// each case, or one predicted cost for every request, the default.
-	// With the sync channel down, edges place conversations alike under
-	// the cost, where the rules' cold placements move them by each
-	// edge's own view of load; the race (bench/scoring) measures the two
-	// against each other with one budget (docs/tuning.md).
+	// each case, the default, or one predicted cost for every request.
+	// The rules stay the default while they lead on the tuning set: the
+	// cost keeps edges agreeing where the rules' cold placements move
+	// conversations by each edge's own view of load, but on Mooncake it
+	// gives up hit rate and TTFT p90 (docs/tuning.md); the race
+	// (bench/scoring) measures the two against each other with one
+	// budget.
 	ChoiceRules = "rules"
 	ChoiceCost  = "cost"
 
@@ -119,11 +121,12 @@ const (
 // request spills to the next-deepest holder. A request with no useful match
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
-// message), so that independent Caddy instances agree. A request leaves
-// that home only when another upstream under the bound predicts a clearly
+// message), so that independent Caddy instances agree, unless that winner
+// is busier than the mean (cold_load_factor) or another upstream has less
+// prefill queued (prefill_rate). With choice cost, a request leaves that
+// home only when another upstream under the bound predicts a clearly
 // shorter time to first token, weighed against the cached prefix it gives
-// up (cache_weight); with choice rules, by the rules of the selection
-// package instead (cold_load_factor, the prefill backlog).
+// up (cache_weight).
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -210,8 +213,7 @@ type PrefixCacheSelection struct {
 	// own prefill (at least min_match's) plus its predicted time to first
 	// token where it goes, so that edges, each seeing its own share of
 	// the queues, place it alike. `cost` needs prefill_rate; with `cost`,
-	// cold_load_factor is not read. Default: `cost` (`rules` with
-	// prefill_rate off).
+	// cold_load_factor is not read. Default: `rules`.
 	Choice string `json:"choice,omitempty"`
 
 	// With choice cost, how much the prefix a request gives up by moving
@@ -381,12 +383,7 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.PrefillRate = &rate
 	}
 	if s.Choice == "" {
-		// The cost predicts prefill at prefill_rate: with it off, the
-		// rules, which place by the index and the bounds alone.
-		s.Choice = ChoiceCost
-		if *s.PrefillRate == 0 {
-			s.Choice = ChoiceRules
-		}
+		s.Choice = ChoiceRules
 	}
 	if s.CacheWeight == nil {
 		w := selection.DefaultCacheWeight
