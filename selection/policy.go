@@ -58,7 +58,8 @@ const DefaultMinDepth = 4
 // and once more as duplicated work (the KV cache the copy takes, the
 // prefill the engine does instead of another request's). 0 is pure
 // predicted time to first token; larger values keep affinity as the
-// rules do. The race on the tuning set sweeps it (bench/scoring).
+// rules do. No run has compared it with other values yet
+// (docs/tuning.md, "cache_weight: 1").
 const DefaultCacheWeight = 1.0
 
 // maxBoundTerm caps the multiplicative term of the bound, so that a huge or
