@@ -97,23 +97,9 @@ func TestReloadClosesScrapeConnections(t *testing.T) {
 	}
 
 	site := loopbackAddr(t)
+	policy := fmt.Sprintf(`"max_entries": 7019, "engine_metrics": {"port": %d, "interval": "200ms", "timeout": "200ms"}`, metricsPort)
 	cfg := func(i int) []byte {
-		return []byte(fmt.Sprintf(`{
-	"admin": {"disabled": true, "config": {"persist": false}},
-	"logging": {"logs": {"default": {"level": "ERROR"}}},
-	"apps": {"http": {"servers": {"s": {
-		"listen": [%q],
-		"automatic_https": {"disable": true},
-		"routes": [{"handle": [{
-			"handler": "reverse_proxy",
-			"upstreams": [{"dial": %q}],
-			"load_balancing": {"selection_policy": {
-				"policy": "prefix_cache", "max_entries": 7019, "load_factor": %v,
-				"engine_metrics": {"port": %d, "interval": "200ms", "timeout": "200ms"}
-			}}
-		}]}]
-	}}}}
-}`, site, engine.Listener.Addr().String(), 1.5+float64(i%2), metricsPort))
+		return reloadingConfig(i, adminOff, errorsOnly, site, engine.Listener.Addr().String(), policy)
 	}
 	// The client's own connections are not what is counted: it opens
 	// one per request.

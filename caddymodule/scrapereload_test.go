@@ -38,23 +38,10 @@ func TestReloadScrapesQuiet(t *testing.T) {
 	t.Cleanup(backend.Close)
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
 	site := loopbackAddr(t)
+	logging := fmt.Sprintf(`{"level": "INFO", "writer": {"output": "file", "filename": %q}, "encoder": {"format": "json"}}`, logFile)
 	cfg := func(i int) []byte {
-		return []byte(fmt.Sprintf(`{
-	"admin": {"disabled": true, "config": {"persist": false}},
-	"logging": {"logs": {"default": {"level": "INFO", "writer": {"output": "file", "filename": %q}, "encoder": {"format": "json"}}}},
-	"apps": {"http": {"servers": {"s": {
-		"listen": [%q],
-		"automatic_https": {"disable": true},
-		"routes": [{"handle": [{
-			"handler": "reverse_proxy",
-			"upstreams": [{"dial": %q}],
-			"load_balancing": {"selection_policy": {
-				"policy": "prefix_cache", "max_entries": 7013, "load_factor": %v,
-				"engine_metrics": {"interval": "5s", "timeout": "5s"}
-			}}
-		}]}]
-	}}}}
-}`, logFile, site, backend.Listener.Addr().String(), 1.5+float64(i%2)))
+		return reloadingConfig(i, adminOff, logging, site, backend.Listener.Addr().String(),
+			`"max_entries": 7013, "engine_metrics": {"interval": "5s", "timeout": "5s"}`)
 	}
 	before := scrapeCounts(t)
 	request := func() { postAcrossReloads(t, site) }
@@ -140,4 +127,33 @@ func postAcrossReloads(t *testing.T, site string) {
 		}
 	}
 	t.Fatal(err)
+}
+
+// The admin and default-log settings of reloadingConfig's usual callers.
+const (
+	adminOff   = `{"disabled": true, "config": {"persist": false}}`
+	errorsOnly = `{"level": "ERROR"}`
+)
+
+// reloadingConfig is the JSON of a Caddy with one server at site whose
+// one route is a reverse_proxy to dial, chosen by prefix_cache with the
+// given further policy fields, and admin and default log as given. The
+// policy's load_factor alternates with i (1.5, 2.5), so that config i+1
+// differs from config i and loading it is a reload.
+func reloadingConfig(i int, admin, logging, site, dial, policy string) []byte {
+	return []byte(fmt.Sprintf(`{
+	"admin": %s,
+	"logging": {"logs": {"default": %s}},
+	"apps": {"http": {"servers": {"s": {
+		"listen": [%q],
+		"automatic_https": {"disable": true},
+		"routes": [{"handle": [{
+			"handler": "reverse_proxy",
+			"upstreams": [{"dial": %q}],
+			"load_balancing": {"selection_policy": {
+				"policy": "prefix_cache", "load_factor": %v, %s
+			}}
+		}]}]
+	}}}}
+}`, admin, logging, site, dial, 1.5+float64(i%2), policy))
 }

@@ -365,23 +365,10 @@ func TestReloadWhileStatsRead(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(backend.Close)
 	admin, site := loopbackAddr(t), loopbackAddr(t)
+	adminOn := fmt.Sprintf(`{"listen": %q, "config": {"persist": false}}`, admin)
 	cfg := func(i int) []byte {
-		return []byte(fmt.Sprintf(`{
-	"admin": {"listen": %q, "config": {"persist": false}},
-	"logging": {"logs": {"default": {"level": "ERROR"}}},
-	"apps": {"http": {"servers": {"s": {
-		"listen": [%q],
-		"automatic_https": {"disable": true},
-		"routes": [{"handle": [{
-			"handler": "reverse_proxy",
-			"upstreams": [{"dial": %q}],
-			"load_balancing": {"selection_policy": {
-				"policy": "prefix_cache", "max_entries": 7009, "load_factor": %v,
-				"sync": {"transport": "fake", "bus": "reload"}
-			}}
-		}]}]
-	}}}}
-}`, admin, site, backend.Listener.Addr().String(), 1.5+float64(i%2)))
+		return reloadingConfig(i, adminOn, errorsOnly, site, backend.Listener.Addr().String(),
+			`"max_entries": 7009, "sync": {"transport": "fake", "bus": "reload"}`)
 	}
 	if err := caddy.Load(cfg(0), true); err != nil {
 		t.Fatal(err)
