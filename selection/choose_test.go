@@ -200,6 +200,7 @@ func TestChooseAllocs(t *testing.T) {
 				p.Choose(cands, placement, 0)
 				withBacklog.Choose(cands, placement, 4096)
 				cost.Choose(cands, placement, 4096)
+				stickyPolicy.Choose(cands, placement, 4096)
 			})
 			if allocs != 0 {
 				t.Errorf("Choose(%d candidates, warm=%v) allocates %v times, want 0", n, warm, allocs)
@@ -506,6 +507,7 @@ func FuzzChoose(f *testing.F) {
 		p.Cost, p.ChunkSize = true, 1+max(minDepth, 0)%512
 		p.NsPerByte = float64(placement % 4)
 		p.CacheWeight = []float64{0, 0.5, 1, 2, 8}[placement>>2%5]
+		p.Sticky = placement>>5%2 == 0
 		size %= 1 << 24
 		checkCost(t, p, cands, placement, size, p.Choose(cands, placement, size))
 	})

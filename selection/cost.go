@@ -69,11 +69,11 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 	if holder >= 0 {
 		ch.Preferred = holder
 	}
-	// home is where the request goes unless the cost clearly says
-	// otherwise: the deepest holder under the bound, else the
-	// rendezvous-hash winner under the bound. It depends on the index
-	// and the bound alone, which edges share, not on the queues, which
-	// each edge sees its own share of.
+	// home is where the request goes unless the cost says otherwise
+	// (by more than the margin): the deepest holder under the bound,
+	// else the rendezvous-hash winner under the bound. It depends on
+	// the index and the bound alone, which edges share, not on the
+	// queues, which each edge sees its own share of.
 	home, homeCost := hrwUnder, hrwUnderCost
 	if holderUnder >= 0 {
 		home, homeCost = holderUnder, holderUnderCost
@@ -81,10 +81,7 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 	switch {
 	case home < 0:
 		ch.Index, ch.Reason = least, ReasonLeastLoaded
-	case best != home && homeCost-bestCost > float64(max(size, int64(minDepth)*chunk))*ref+bestTTFT:
-		// The move saves more than the request's own prefill and all
-		// it is predicted to wait there: a difference no edge's private
-		// share of the queues makes up.
+	case best != home && homeCost-bestCost > p.margin(size, int64(minDepth)*chunk, ref, bestTTFT):
 		ch.Index = best
 		switch {
 		case holder < 0:
@@ -111,6 +108,19 @@ func (p Policy) chooseCost(cands []Candidate, placement uint64, size int64, boun
 	}
 	ch.Spilled = ch.Index != ch.Preferred
 	return ch
+}
+
+// margin is what a move from home to the least cost must save: nothing,
+// so that the least cost wins, unless p.Sticky. Sticky, more than the
+// request's own prefill (counted as at least floor, the shortest match
+// the policy routes on) and all it is predicted to wait and prefill where
+// it goes (ttft): a difference that no instance's private share of the
+// queues makes up.
+func (p Policy) margin(size, floor int64, ref, ttft float64) float64 {
+	if !p.Sticky {
+		return 0
+	}
+	return float64(max(size, floor))*ref + ttft
 }
 
 // candidateCost is the cost of sending a request of the given size, in

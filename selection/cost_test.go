@@ -55,10 +55,10 @@ func refCost(p Policy, cands []Candidate, size int64) (costs, ttfts []float64) {
 // refChooseCost is Choose with Policy.Cost written the slow, obvious way:
 // home is the deepest holder under the bound, else the highest-ranked
 // candidate under it; sort the candidates under the bound by cost, then
-// depth, then rendezvous rank; leave home for the first only when that
-// saves more than the request's own prefill plus its predicted time to
-// first token there, the own prefill counted as at least MinDepth
-// chunks'.
+// depth, then rendezvous rank; leave home for the first when that saves
+// anything or, with Sticky, more than the request's own prefill plus its
+// predicted time to first token there, the own prefill counted as at
+// least MinDepth chunks'.
 func refChooseCost(p Policy, cands []Candidate, placement uint64, size int64) Choice {
 	if len(cands) == 0 {
 		return Choice{Index: -1, Preferred: -1, Reason: ReasonNone}
@@ -113,7 +113,10 @@ func refChooseCost(p Policy, cands []Candidate, placement uint64, size int64) Ch
 		ref = 0
 	}
 	warm := depth(preferred) > 0
-	margin := float64(max(size, int64(max(p.MinDepth, 1))*int64(max(p.ChunkSize, 1))))*ref + ttfts[byCost[0]]
+	margin := 0.0
+	if p.Sticky {
+		margin = float64(max(size, int64(max(p.MinDepth, 1))*int64(max(p.ChunkSize, 1))))*ref + ttfts[byCost[0]]
+	}
 	if least := byCost[0]; least != home && costs[home]-costs[least] > margin {
 		switch {
 		case !warm:
@@ -187,6 +190,9 @@ func checkCost(t *testing.T, p Policy, cands []Candidate, placement uint64, size
 // 1 ns per byte, so every figure is exact in float64.
 var costPolicy = Policy{LoadFactor: 1.25, Allowance: 16, MinDepth: 4, Cost: true, ChunkSize: 256, NsPerByte: 1, CacheWeight: 1}
 
+// stickyPolicy is costPolicy while its placements do not reach the tier.
+var stickyPolicy = func() Policy { p := costPolicy; p.Sticky = true; return p }()
+
 func withWeight(p Policy, w float64) Policy {
 	p.CacheWeight = w
 	return p
@@ -195,12 +201,14 @@ func withWeight(p Policy, w float64) Policy {
 // TestChooseCost pins the cost on hand-worked cases. The request is 4096
 // bytes; the holder at depth 8 holds 2048 of them. Against an idle
 // candidate with no prefix, staying costs q + 2048 and moving 4096 +
-// w x 2048, and the move must save more than the request's own prefill
-// (4096) plus its time to first token there (4096): the holder keeps it
-// while its queue q <= 8192 + (1+w) x 2048.
+// w x 2048: the least cost keeps it home while q <= 2048 + w x 2048.
+// Sticky, the move must save more than the request's own prefill (4096)
+// plus its time to first token there (4096): the holder keeps it while
+// its queue q <= 8192 + (1+w) x 2048.
 // bound = ceil(1.25 x 1 / 3) + 16 = 17 with no load.
 func TestChooseCost(t *testing.T) {
-	p := costPolicy
+	free := costPolicy
+	p := stickyPolicy
 	strict := p
 	strict.Allowance = 0
 	tests := []struct {
@@ -294,6 +302,26 @@ func TestChooseCost(t *testing.T) {
 		{"no speed: depth, then HRW", func() Policy { q := p; q.NsPerByte = 0; return q }(),
 			[]Candidate{{rk[1], 8, 0, 0, 90000, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
 			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 17}},
+
+		// Not sticky: the least cost, home on a tie.
+		{"free, warm, idle: home", free,
+			[]Candidate{{rk[1], 8, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}, {rk[2], 0, 0, 0, 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 17}},
+		{"free, warm, a queue of what the move loses: home", free,
+			[]Candidate{{rk[1], 8, 0, 0, 4096, 0}, {rk[2], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
+			Choice{Index: 0, Preferred: 0, Reason: ReasonMatch, Bound: 17}},
+		{"free, warm, a byte more: the least cost", free,
+			[]Candidate{{rk[1], 8, 0, 0, 4097, 0}, {rk[2], 0, 0, 0, 0, 0}, {rk[0], 0, 0, 0, 0, 0}},
+			Choice{Index: 2, Preferred: 0, Reason: ReasonSpillCold, Spilled: true, Bound: 17}},
+		{"free, equal depths: the shorter queue", free,
+			[]Candidate{{rk[1], 8, 0, 0, 0, 0}, {rk[0], 8, 0, 0, 3000, 0}, {rk[2], 0, 0, 0, 0, 0}},
+			Choice{Index: 0, Preferred: 1, Reason: ReasonSpill, Spilled: true, Bound: 17}},
+		{"free, cold, equal queues: the HRW winner", free,
+			[]Candidate{{rk[1], 0, 0, 0, 100, 0}, {rk[0], 0, 0, 0, 100, 0}, {rk[2], 0, 0, 0, 100, 0}},
+			Choice{Index: 1, Preferred: 1, Reason: ReasonCold, Bound: 17}},
+		{"free, cold: the shortest queue", free,
+			[]Candidate{{rk[1], 0, 0, 0, 100, 0}, {rk[0], 0, 0, 0, 101, 0}, {rk[2], 0, 0, 0, 0, 0}},
+			Choice{Index: 2, Preferred: 1, Reason: ReasonPrefill, Spilled: true, Bound: 17}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,7 +337,8 @@ func TestChooseCost(t *testing.T) {
 // TestCostAgreement feeds two edges the same fleet of 4 engines, each
 // edge seeing only its own share of the queues and of the requests in
 // flight, as two edges do while the sync channel is down, and counts
-// the placements on which they disagree: few with the cost. The noise
+// the placements on which they disagree: few with the sticky cost, many
+// with the least cost alone, as with the rules. The noise
 // is of the size the faults run (bench/results/faults) makes: 32
 // clients over 2 edges and 4 engines, so 0 to 8 requests in flight at
 // each engine, and 0 to 2 of them queued for prefill (the engines
@@ -333,6 +362,15 @@ func TestCostAgreement(t *testing.T) {
 		views[e] = make([]Candidate, n)
 	}
 	disagree := map[string]int{}
+	name := func(p Policy) string {
+		switch {
+		case p.Sticky:
+			return "sticky"
+		case p.Cost:
+			return "cost"
+		}
+		return "rules"
+	}
 	for trial := range trials {
 		placement := rng.Uint64()
 		for i := range n {
@@ -358,22 +396,22 @@ func TestCostAgreement(t *testing.T) {
 				views[e][(home+1)%n].Depth = 0
 			}
 		}
-		for _, p := range []Policy{rules, costPolicy} {
+		for _, p := range []Policy{rules, costPolicy, stickyPolicy} {
 			a, b := p.Choose(views[0], placement, size), p.Choose(views[1], placement, size)
 			if a.Index != b.Index {
-				if p.Cost {
+				if p.Sticky {
 					t.Logf("%s request of %d bytes: %+v.Choose(%s) = %+v on one edge, Choose(%s) = %+v on the other",
 						kind, size, p, show(views[0]), a, show(views[1]), b)
 				}
-				disagree[fmt.Sprintf("%s, cost %v", kind, p.Cost)]++
+				disagree[kind+", "+name(p)]++
 			}
 		}
 		// A clear difference moves the request on both edges alike.
-		home := costPolicy.Choose(views[0], placement, size).Preferred
+		home := stickyPolicy.Choose(views[0], placement, size).Preferred
 		for e := range views {
 			views[e][home].Backlog += 40 << 10
 		}
-		a, b := costPolicy.Choose(views[0], placement, size), costPolicy.Choose(views[1], placement, size)
+		a, b := stickyPolicy.Choose(views[0], placement, size), stickyPolicy.Choose(views[1], placement, size)
 		if a.Index == home || b.Index == home {
 			t.Fatalf("%s request of %d bytes, with its home's queue 40 KiB longer: %+v and %+v, want both moved from %d",
 				kind, size, a, b, home)
@@ -382,12 +420,14 @@ func TestCostAgreement(t *testing.T) {
 	// Two requests queued at one engine, both from one edge, can still
 	// tell a short request's edges apart: 1 in 25 may disagree.
 	for _, kind := range []string{"cold", "warm"} {
-		if d := disagree[kind+", cost true"]; d > trials/2/25 {
-			t.Errorf("the cost: edges disagree on %d of %d %s placements, want at most %d", d, trials/2, kind, trials/2/25)
+		if d := disagree[kind+", sticky"]; d > trials/2/25 {
+			t.Errorf("the sticky cost: edges disagree on %d of %d %s placements, want at most %d", d, trials/2, kind, trials/2/25)
 		}
 	}
-	if disagree["cold, cost false"] < trials/8 {
-		t.Errorf("the rules: edges disagree on %d of %d cold placements; the test no longer shows what it is for", disagree["cold, cost false"], trials/2)
+	for _, key := range []string{"cold, rules", "cold, cost", "warm, cost"} {
+		if disagree[key] < trials/10 {
+			t.Errorf("%s: edges disagree on %d of %d placements; the test no longer shows what Sticky is for", key, disagree[key], trials/2)
+		}
 	}
 	t.Logf("placements on which two edges' private views disagree, of %d of each kind: %v", trials/2, disagree)
 }
@@ -403,6 +443,7 @@ func randomCostCase(rng *rand.Rand) (Policy, []Candidate) {
 		ChunkSize:   1 << rng.IntN(10),
 		NsPerByte:   float64(rng.IntN(4)),
 		CacheWeight: []float64{0, 0.5, 1, 2, 8}[rng.IntN(5)],
+		Sticky:      rng.IntN(2) == 0,
 	}
 	if rng.IntN(2) == 0 {
 		p.ByteAllowance = rng.Int64N(1 << 12)

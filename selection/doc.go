@@ -136,11 +136,36 @@
 // Every request has a home: the deepest holder under the bound (the
 // higher-ranked by rendezvous hashing among equally deep ones), or, if
 // no holder is under the bound, the rendezvous-hash winner under it. The
-// home depends on the index, the bound and the placement key, which the
-// edges of a tier share; not on the queues, of which each edge sees its
-// own share. The request leaves its home only for the least cost under
-// the bound (the deeper, then the higher-ranked, on a tie), and only when
-// the move saves more than a margin:
+// request goes to the least cost under the bound (the deeper, then the
+// higher-ranked, on a tie), and stays home when home is among the least.
+// Reasons: [ReasonMatch] at the deepest holder, [ReasonSpill] at another
+// holder, [ReasonSpillCold] at a candidate with no useful prefix; for a
+// cold request (no holder), [ReasonCold] at the rendezvous-hash winner,
+// [ReasonColdSpill] at the highest-ranked under the bound when the
+// winner is over it, [ReasonPrefill] moved by the cost.
+//
+// Against an idle candidate with no useful prefix, a holder with queue q
+// and match m of a request (one speed) keeps the request while
+//
+//	q <= (1 + CacheWeight) * m
+//
+// since moving gives up the match's prefill once in the request's own
+// time to first token and CacheWeight times more for the fleet. So
+// CacheWeight is the one knob between hit rate and time to first
+// token: 0 counts only the request's predicted time to first token, and
+// larger weights keep conversations on their holders longer. A cold
+// request goes where the least prefill is queued, which spreads a burst
+// of new conversations over the fleet.
+//
+// # Sticky: when edges cannot share placements
+//
+// Edges of a tier that share placements (sync) learn each other's
+// choices, so a conversation placed by one edge's view of the queues is
+// followed by every edge on its next turn. While an edge cannot share
+// them (Policy.Sticky: its sync channel is down), each edge sees only
+// its own share of the queues, and the least cost alone would place a
+// conversation's turns differently on each. Sticky, the request leaves
+// its home only when the move saves more than a margin:
 //
 //	cost(home) - cost(least) > max(size, MinDepth * ChunkSize) * Policy.NsPerByte + ttft(least)
 //
@@ -148,35 +173,22 @@
 // shortest match the policy routes on, so that a short request is not
 // moved by a queue of a request or two) plus all it is predicted to wait
 // and prefill where it goes. With one speed and CacheWeight 0, the move
-// must more than halve its predicted time to first token. Two edges that
-// each see their own part of the queues then place a request alike,
-// unless the difference one of them sees is of the size of the margin: a
-// rule that moved a request on any difference would let every edge place
-// a conversation by its own load, and its turns would alternate between
-// replicas. Reasons: [ReasonMatch] at the deepest holder, [ReasonSpill]
-// at another holder, [ReasonSpillCold] at a candidate with no useful
-// prefix; for a cold request (no holder), [ReasonCold] at the
-// rendezvous-hash winner, [ReasonColdSpill] at the highest-ranked under
-// the bound when the winner is over it, [ReasonPrefill] moved by the
-// cost.
-//
-// Against an idle candidate with no useful prefix, a holder with queue q
-// and match m of a request of size s (one speed, s above the floor)
-// keeps the request while
-//
-//	q <= 2*s + (1 + CacheWeight) * m
-//
-// CacheWeight 0 counts only the request's time to first token; larger
-// weights keep it home longer. With nothing queued anywhere the home's
-// cost is the least, so a conversation stays home.
+// must more than halve its predicted time to first token. The home
+// depends on the index, the bound and the placement key, which edges
+// share, not on the queues; two edges that each see their own part of
+// the queues then place a request alike unless the difference one of
+// them sees is of the size of the margin. Sticky, the holder above keeps
+// the request while q <= 2*s + (1 + CacheWeight) * m, for a request of
+// size s above the floor.
 //
 // On an idle fleet (no backlog, one speed) every candidate's ttft is its
-// unmatched part, so no move saves anything and the cost chooses exactly
-// as the rules do with the cold bound off: the deepest holder under the
-// bound, else the rendezvous-hash winner. With no speed at all
-// (Policy.NsPerByte 0 and no candidate speeds) every cost is equal and
-// the same holds whatever the queues. The bound and the byte bound stay hard caps; the cold
-// bound and ColdBacklog are rules the cost replaces, and are not read.
+// unmatched part, so no move saves anything and the cost, sticky or not,
+// chooses exactly as the rules do with the cold bound off: the deepest
+// holder under the bound, else the rendezvous-hash winner. With no speed
+// at all (Policy.NsPerByte 0 and no candidate speeds) every cost is equal
+// and the same holds whatever the queues. The bound and the byte bound
+// stay hard caps; the cold bound and ColdBacklog are rules the cost
+// replaces, and are not read.
 // The cost is computed in the same single pass as the rules, without
 // allocating.
 //

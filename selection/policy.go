@@ -45,7 +45,7 @@ const DefaultAllowance = 16
 // by rendezvous hashing, which spreads conversations and still sends every
 // later turn of one conversation to the same replica. Deeper matches (a
 // real system prompt, tool definitions, earlier turns) are worth following.
-// Scale it with the chunk size to keep about 1 KiB. With Policy.Cost it is
+// Scale it with the chunk size to keep about 1 KiB. With Policy.Sticky it is
 // also the least prefill a move must save: a request shorter than it
 // counts as that long in the margin.
 const DefaultMinDepth = 4
@@ -113,7 +113,7 @@ type Policy struct {
 	ChunkSize int
 	// NsPerByte is the prefill time per unit of size of a candidate
 	// whose Candidate.NsPerByte is unset, and the scale of the cache
-	// term and of cold placement's margin. Finite and at least 0; with
+	// term and of the sticky margin. Finite and at least 0; with
 	// 0 (and no candidate speeds) the cost sees neither queues nor
 	// prompts, and chooses as the rules do with no cold bound.
 	NsPerByte float64
@@ -122,6 +122,17 @@ type Policy struct {
 	// token, larger values keep conversations on their holders. Finite
 	// and at least 0. Only Cost reads it.
 	CacheWeight float64
+	// Sticky, with Cost, keeps a request at its home (the deepest
+	// holder under the bound, else the rendezvous-hash winner under
+	// it) unless moving saves more than a margin: the request's own
+	// prefill plus all it is predicted to wait where it goes. Set it
+	// while this instance's placements do not reach the other
+	// instances of its tier (caddymodule sets it while the sync
+	// channel is down): each then sees only its own share of the
+	// queues, and a choice by the least cost alone would place a
+	// conversation differently on each. Without it the least cost
+	// wins. Only Cost reads it.
+	Sticky bool
 }
 
 // Validate reports the first invalid field of p, naming it as the
