@@ -840,6 +840,7 @@ func (s *PrefixCacheSelection) choose(pool reverseproxy.UpstreamPool, v *view, r
 	}
 
 	policy := s.policy
+	policy.Sticky = s.partitioned()
 	if r := *s.MinMatchRatio; r > 0 {
 		depth := int(math.Ceil(r * float64(len(v.hashes))))
 		// A holder of the whole placement text (for chat, through the

@@ -72,6 +72,11 @@ type syncState struct {
 	stopLoad chan struct{} // ends reportLoad and watchCatchUp
 	stopOnce sync.Once
 
+	// up is the transport's Connected, as watchCatchUp last saw it
+	// (every catchUpPoll): while it is false, the cost keeps requests
+	// at their homes (partitioned).
+	up atomic.Bool
+
 	applied  [8]atomic.Uint64 // by Kind
 	rejected [numRejections]atomic.Uint64
 	lag      atomic.Int64 // ns, of the last message applied
@@ -142,8 +147,18 @@ func (s *PrefixCacheSelection) startSync(t edgesync.Transport) {
 	if s.keys.auth != nil {
 		s.sync.auth = newSyncAuth(s.keys.auth)
 	}
+	s.sync.up.Store(t.Status().Connected)
 	s.sync.cancel = t.Subscribe(s.receive)
 	go s.watchCatchUp(s.sync.stopLoad)
+}
+
+// partitioned reports whether this edge has a tier it cannot reach: sync
+// is configured and its transport is down, so the other edges learn
+// nothing of what this one places, nor it of theirs. The cost then keeps
+// requests at their homes, which every edge computes alike
+// (selection.Policy.Sticky).
+func (s *PrefixCacheSelection) partitioned() bool {
+	return s.sync != nil && !s.sync.up.Load()
 }
 
 // publish tells the other edges that this one sent v's prompt to dial,

@@ -154,6 +154,7 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 			return
 		case <-t.C:
 			now := ss.transport.Status().Connected
+			ss.up.Store(now)
 			if now && !up {
 				// Back (or up at last): ask for what the others placed
 				// meanwhile, and tell them what this edge placed, which
