@@ -52,10 +52,16 @@ var (
 	recordName = regexp.MustCompile(`(?m)^\s+- record: (\S+)\s*$`)
 	alertName  = regexp.MustCompile(`(?m)^\s+- alert: (\S+)\s*$`)
 	alertCase  = regexp.MustCompile(`(?m)^\s+alertname: (\S+)\s*\n\s+exp_alerts:(.*)$`)
+	exprTest   = regexp.MustCompile(`(?m)^\s+- expr: `)
 )
 
-// Every recording rule has a promtool test of its value, and every alert
-// a case where it must not fire and one where it fires.
+// tiers are the jobs of recording_test.yml: every recording rule's
+// expected samples name both, so a rule that mixed one tier's series
+// into another's figures, or dropped one, would fail its test.
+var tiers = []string{`job="t"`, `job="u"`}
+
+// Every recording rule has a promtool test of its value for each tier,
+// and every alert a case where it must not fire and one where it fires.
 func TestEveryRuleIsTested(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join("prometheus", name))
@@ -69,9 +75,33 @@ func TestEveryRuleIsTested(t *testing.T) {
 	if len(records) == 0 {
 		t.Fatal("recording.rules.yml: no rule")
 	}
+	// Each promql_expr_test from its `- expr:` line to the next.
+	var cases []string
+	starts := exprTest.FindAllStringIndex(recordTests, -1)
+	for i, st := range starts {
+		end := len(recordTests)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		cases = append(cases, recordTests[st[0]:end])
+	}
 	for _, m := range records {
-		if !regexp.MustCompile(`expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`).MatchString(recordTests) {
+		names := regexp.MustCompile(`^\s+- expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`)
+		tested, bothTiers := false, false
+		for _, c := range cases {
+			if !names.MatchString(c) {
+				continue
+			}
+			tested = true
+			if strings.Contains(c, tiers[0]) && strings.Contains(c, tiers[1]) {
+				bothTiers = true
+			}
+		}
+		switch {
+		case !tested:
 			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml", m[1])
+		case !bothTiers:
+			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml expects samples of both %v", m[1], tiers)
 		}
 	}
 	quiet, fires := map[string]bool{}, map[string]bool{}
