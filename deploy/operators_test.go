@@ -149,7 +149,7 @@ func TestOperatorsView(t *testing.T) {
 	}
 
 	// Every panel's query returns data.
-	for _, p := range dash.Panels {
+	for _, p := range dash.all() {
 		for _, tg := range p.Targets {
 			s, err := prom.query(withJob(tg.Expr))
 			if err != nil {
@@ -399,44 +399,6 @@ func send(ctx context.Context, client *http.Client, listen string, body []byte) 
 		return 0, 0, fmt.Errorf("answer: %w", err)
 	}
 	return a.Usage.PromptTokens, a.Usage.PromptTokensDetails.CachedTokens, nil
-}
-
-// dashboard is what the test reads of the Grafana dashboard.
-type dashboard struct {
-	Panels []panel `json:"panels"`
-	raw    string
-}
-
-type panel struct {
-	Title   string `json:"title"`
-	Targets []struct {
-		Expr string `json:"expr"`
-	} `json:"targets"`
-}
-
-func readDashboard(t *testing.T) *dashboard {
-	t.Helper()
-	b, err := os.ReadFile("grafana/prefix-cache.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &dashboard{raw: string(b)}
-	if err := json.Unmarshal(b, d); err != nil {
-		t.Fatalf("grafana/prefix-cache.json: %v", err)
-	}
-	return d
-}
-
-// panel returns the panel titled title; it must have a query.
-func (d *dashboard) panel(t *testing.T, title string) panel {
-	t.Helper()
-	for _, p := range d.Panels {
-		if p.Title == title && len(p.Targets) > 0 {
-			return p
-		}
-	}
-	t.Fatalf("the dashboard has no panel %q with a query", title)
-	return panel{}
 }
 
 // withJob fills in the dashboard's $job variable.
