@@ -137,9 +137,11 @@ func TestOperatorsView(t *testing.T) {
 		"the recording rules evaluated after Prometheus held every answer")
 
 	dash := readDashboard(t)
-	// The hit-rate panel's real hit rate against the benchmark's figure
-	// (bench/driver: the answers' cached over prompt tokens). Both count
-	// the same answers, so they differ only by how rate() extrapolates.
+	// The hit-rate panel's real hit rate against the client's figure (the
+	// answers' cached over prompt tokens, as bench/driver computes it;
+	// TestHitRatePanelMatchesBenchmark compares with bench/driver's own).
+	// Both count the same answers, so they differ only by how rate()
+	// extrapolates each edge's counters by that edge's scrape times.
 	hit := withJob(dash.panel(t, "Prefix-cache hit rate").Targets[0].Expr)
 	s, err := prom.query(hit)
 	if err != nil {
@@ -148,7 +150,7 @@ func TestOperatorsView(t *testing.T) {
 	if len(s) != 1 {
 		t.Fatalf("the hit-rate panel's %s returned %d series, want 1: %v", hit, len(s), s)
 	}
-	t.Logf("hit-rate panel %.4f, the benchmark's figure %.4f", s[0].Value, tally.hitRate())
+	t.Logf("hit-rate panel %.4f, the client's figure %.4f", s[0].Value, tally.hitRate())
 	if d := math.Abs(s[0].Value - tally.hitRate()); !(d < 0.01) {
 		t.Errorf("the hit-rate panel reads %.4f, the answers' hit rate is %.4f: %.4f apart, want under 0.01", s[0].Value, tally.hitRate(), d)
 	}
