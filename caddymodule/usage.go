@@ -49,15 +49,19 @@ func (UsageHandler) CaddyModule() caddy.ModuleInfo {
 
 // ServeHTTP scans the response the rest of the route writes and, once it
 // is written, gives its usage to the policies that routed the request.
+// It does so also when reverse_proxy aborts the response (it panics with
+// http.ErrAbortHandler), as it does when the client leaves a stream
+// before its end: a client that stops at [DONE] has had the usage chunk.
 func (UsageHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	uw := &usageWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-	err := next.ServeHTTP(uw, r)
-	if u := uw.scan.usage(); u.ok() {
-		if p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked); p != nil {
-			p.answered(u)
+	defer func() {
+		if u := uw.scan.usage(); u.ok() {
+			if p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked); p != nil {
+				p.answered(u)
+			}
 		}
-	}
-	return err
+	}()
+	return next.ServeHTTP(uw, r)
 }
 
 // answered gives each policy instance that routed the request what the

@@ -241,3 +241,67 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 		})
 	}
 }
+
+// A client that stops reading a stream once it has [DONE], as OpenAI's
+// SDKs do, may close its connection before the upstream's response has
+// ended; Caddy's reverse_proxy then aborts the response (it panics with
+// http.ErrAbortHandler), and the answer's usage, already read, still
+// counts. Here the upstream holds its response open after [DONE] until
+// Caddy cancels it, so every such answer goes through the abort.
+func TestUsageCountsAStreamItsClientLeft(t *testing.T) {
+	bs := newBackends(t, 1)
+	bs[0].handle = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n")
+		io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":300,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":120}}}\n\n")
+		io.WriteString(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // Caddy cancels once its client has left
+		return true
+	}
+	port := freePort(t)
+	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	prefix_cache_usage
+	reverse_proxy %s {
+		lb_policy prefix_cache
+		flush_interval -1
+	}
+}
+`, port, bs[0].addr()))
+	const series = "caddy_prefix_cache_answer_tokens_total"
+	before := scrape(t, admin, series)
+	body := withStream(chat("sys", "stream, then leave"), true)
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && sc.Text() != "data: [DONE]" {
+	}
+	if sc.Text() != "data: [DONE]" {
+		t.Fatalf("the stream ended before [DONE]: %v", sc.Err())
+	}
+	resp.Body.Close() // before the response's end: the connection closes
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := answersOf(t, admin)[bs[0].addr()]
+		if a != nil && a["answers"] == 1.0 {
+			if a["prompt_tokens"] != 300.0 || a["cached_tokens"] != 120.0 {
+				t.Errorf("answer stats %v, want 300 prompt tokens, 120 cached", a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer of a stream its client left was not counted within 10s: answer stats %v", a)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the admin API, bounded by the deadline
+	}
+	after := scrape(t, admin, series)
+	for kind, want := range map[string]float64{"prompt": 300, "cached": 120} {
+		key := fmt.Sprintf("%s{kind=%q}", series, kind)
+		if got := after[key] - before[key]; got != want {
+			t.Errorf("%s rose by %v, want %v", key, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,12 +56,16 @@ const healthyFor = 15 * time.Second
 // An operator's view of a real edge tier: two Caddy edges syncing through
 // a real redis-server, in front of three simulated vLLM engines, scraped
 // by a real Prometheus that loads deploy/prometheus's rules. Under a
-// healthy load no alert fires, every query of the Grafana
-// dashboard returns data, and its hit-rate panel agrees with the hit rate
-// the benchmark computes from the answers' cached_tokens. Then each
-// incident fires its alert: the body budget spent by stalled uploads,
-// an engine killed, one edge cut off from Redis, Redis stopped under
-// both edges.
+// healthy load no alert fires, every query of the Grafana dashboard
+// returns data, its $job variable lists the tier, and its hit-rate panel
+// agrees with the hit rate the client computes from the answers'
+// cached_tokens. Then each incident fires its alert, pending from the
+// incident on and firing within its `for` window (testFor) and
+// detectWithin, and no alert fires that the incidents do not explain:
+// the body budget spent by stalled uploads, an engine killed, one edge
+// cut off from Redis (the tier's alert stays quiet), Redis stopped
+// under both edges connected (the edge's alert stays quiet). The
+// dashboard's annotations then mark the alerts firing.
 func TestOperatorsView(t *testing.T) {
 	promBin := lookTool(t, "prometheus", "prometheus")
 	lookTool(t, "redis-server", "redis-server")
@@ -132,9 +137,11 @@ func TestOperatorsView(t *testing.T) {
 		"the recording rules evaluated after Prometheus held every answer")
 
 	dash := readDashboard(t)
-	// The hit-rate panel's real hit rate against the benchmark's figure
-	// (bench/driver: the answers' cached over prompt tokens). Both count
-	// the same answers, so they differ only by how rate() extrapolates.
+	// The hit-rate panel's real hit rate against the client's figure (the
+	// answers' cached over prompt tokens, as bench/driver computes it;
+	// TestHitRatePanelMatchesBenchmark compares with bench/driver's own).
+	// Both count the same answers, so they differ only by how rate()
+	// extrapolates each edge's counters by that edge's scrape times.
 	hit := withJob(dash.panel(t, "Prefix-cache hit rate").Targets[0].Expr)
 	s, err := prom.query(hit)
 	if err != nil {
@@ -143,22 +150,27 @@ func TestOperatorsView(t *testing.T) {
 	if len(s) != 1 {
 		t.Fatalf("the hit-rate panel's %s returned %d series, want 1: %v", hit, len(s), s)
 	}
-	t.Logf("hit-rate panel %.4f, the benchmark's figure %.4f", s[0].Value, tally.hitRate())
+	t.Logf("hit-rate panel %.4f, the client's figure %.4f", s[0].Value, tally.hitRate())
 	if d := math.Abs(s[0].Value - tally.hitRate()); !(d < 0.01) {
 		t.Errorf("the hit-rate panel reads %.4f, the answers' hit rate is %.4f: %.4f apart, want under 0.01", s[0].Value, tally.hitRate(), d)
 	}
 
-	// Every panel's query returns data.
-	for _, p := range dash.Panels {
+	// Every panel's query returns data: a number, not only NaN (0/0).
+	queries := 0
+	for _, p := range dash.all() {
 		for _, tg := range p.Targets {
+			queries++
 			s, err := prom.query(withJob(tg.Expr))
 			if err != nil {
 				t.Errorf("panel %q: %v", p.Title, err)
-			} else if len(s) == 0 {
-				t.Errorf("panel %q: %s returns no data", p.Title, tg.Expr)
+			} else if !slices.ContainsFunc(s, func(x sample) bool { return !math.IsNaN(x.Value) }) {
+				t.Errorf("panel %q: %s returns no data: %v", p.Title, tg.Expr, s)
 			}
 		}
 	}
+	t.Logf("every query of the dashboard's %d panels returns data (%d queries)", len(dash.all()), queries)
+	// The $job variable lists this tier.
+	jobVar(t, prom, dash)
 	// Nothing fired at any evaluation of the healthy run. An alert true
 	// for a moment (pending) is logged: under a loaded CI machine one
 	// scrape may time out, which its `for` window is there to absorb.
@@ -176,38 +188,136 @@ func TestOperatorsView(t *testing.T) {
 	}
 	coverage(t, admins[0], dash)
 
-	timeout := mustDuration(t, testFor) + 30*time.Second
+	// Each incident fires its alert: pending from the incident on (not
+	// before it), firing within its `for` window and detectWithin, and
+	// no alert fires that the incidents so far do not explain.
+	alerted := func(name string, labels map[string]string, at time.Time, what string) {
+		t.Helper()
+		pending, fired := prom.incidentFires(t, name, labels, at)
+		t.Logf("%s pending %v and firing %v after %s", name, pending.Round(time.Millisecond), fired.Round(time.Millisecond), what)
+	}
 
 	// Incident 1: stalled uploads hold edge 0's body budget; then bodies
-	// it could route are left unread.
+	// it could route are left unread. Those requests go to the fallback
+	// policy, so PrefixCacheFallbackSurge may follow.
 	stalls := fillBudget(t, listens[0], admins[0])
-	took := probeUntilFiring(t, prom, listens[0], "PrefixCacheBodyBudgetExhausted", map[string]string{"instance": admins[0]}, timeout)
-	t.Logf("PrefixCacheBodyBudgetExhausted fired %v after the budget was spent (%d stalled uploads)", took.Round(time.Millisecond), len(stalls))
+	at := time.Now()
+	probeUntil(t, listens[0], func() {
+		alerted("PrefixCacheBodyBudgetExhausted", map[string]string{"instance": admins[0]}, at,
+			fmt.Sprintf("edge 0's body budget was spent (%d stalled uploads)", len(stalls)))
+	})
 	for _, c := range stalls {
 		c.Close()
 	}
+	onlyFired(t, prom, at, "the body budget spent", "PrefixCacheBodyBudgetExhausted", "PrefixCacheFallbackSurge")
 
 	// Incident 2: an engine dies.
+	at = time.Now()
 	fleets[2].Close()
-	took = prom.waitFiring(t, "PrefixCacheEngineScrapesFailing", map[string]string{"upstream": upstreams[2]}, timeout)
-	t.Logf("PrefixCacheEngineScrapesFailing fired %v after the engine died", took.Round(time.Millisecond))
+	alerted("PrefixCacheEngineScrapesFailing", map[string]string{"upstream": upstreams[2]}, at, "the engine died")
+	onlyFired(t, prom, at, "an engine killed", "PrefixCacheBodyBudgetExhausted", "PrefixCacheFallbackSurge", "PrefixCacheEngineScrapesFailing")
 
 	// Incident 3: edge 1 alone loses Redis; edge 0 stays connected.
+	at = time.Now()
 	relay.Close()
-	took = prom.waitFiring(t, "PrefixCacheSyncEdgeDisconnected", map[string]string{"instance": admins[1]}, timeout)
-	t.Logf("PrefixCacheSyncEdgeDisconnected fired %v after edge 1 lost Redis", took.Round(time.Millisecond))
+	alerted("PrefixCacheSyncEdgeDisconnected", map[string]string{"instance": admins[1]}, at, "edge 1 lost Redis")
 	noAlert(t, prom, "PrefixCacheSyncDown", "with edge 0 connected")
 	noAlert(t, prom, "PrefixCacheSyncEdgeDisconnected", "for edge 0", "instance", admins[0])
+	onlyFired(t, prom, at, "one edge cut off from Redis", "PrefixCacheBodyBudgetExhausted", "PrefixCacheFallbackSurge", "PrefixCacheEngineScrapesFailing", "PrefixCacheSyncEdgeDisconnected")
 
-	// Incident 4: Redis stops under both edges.
+	// Edge 1 reaches Redis again: both edges are connected, and the
+	// edge's alert resolves.
+	relay = startRelay(t, ports[5], redis.Addr)
+	waitMetric(t, admins[1], `caddy_prefix_cache_sync_connected{`, func(v float64) bool { return v == 1 }, "edge 1 reconnecting to Redis")
+	waitQuery(t, prom, `absent(ALERTS{alertname="PrefixCacheSyncEdgeDisconnected"})`, "PrefixCacheSyncEdgeDisconnected resolving once edge 1 is back")
+
+	// Incident 4: Redis stops under both edges, both connected: the
+	// tier's alert fires, not an edge's.
+	at = time.Now()
 	if err := redis.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	took = prom.waitFiring(t, "PrefixCacheSyncDown", nil, timeout)
-	t.Logf("PrefixCacheSyncDown fired %v after Redis stopped", took.Round(time.Millisecond))
-	// With every edge down, that is the tier's alert, not one edge's: the
-	// edge alert resolves once its recording rule reads edge 0 down too.
-	waitQuery(t, prom, `absent(ALERTS{alertname="PrefixCacheSyncEdgeDisconnected"})`, "PrefixCacheSyncEdgeDisconnected resolving with every edge down")
+	alerted("PrefixCacheSyncDown", nil, at, "Redis stopped under both edges")
+	onlyFired(t, prom, at, "Redis stopped under both edges", "PrefixCacheBodyBudgetExhausted", "PrefixCacheFallbackSurge", "PrefixCacheEngineScrapesFailing", "PrefixCacheSyncDown")
+
+	// The dashboard's annotation query marks every alert firing now.
+	annotations(t, prom, dash)
+}
+
+// jobVar checks that the dashboard's $job variable, label_values(METRIC,
+// job), lists the tier's job.
+func jobVar(t *testing.T, p *prometheus, dash *dashboard) {
+	t.Helper()
+	for _, v := range dash.Templating.List {
+		if v.Name != "job" {
+			continue
+		}
+		q, _ := json.Marshal(v.Query)
+		m := labelValues.FindSubmatch(q)
+		if m == nil {
+			t.Fatalf("the job variable's query %s is not label_values(METRIC, job)", q)
+		}
+		jobs, err := p.labelValues("job", string(m[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(jobs, job) {
+			t.Errorf("the job variable, label_values(%s, job), lists %v, not %s", m[1], jobs, job)
+		}
+		return
+	}
+	t.Fatal("the dashboard has no job variable")
+}
+
+var labelValues = regexp.MustCompile(`label_values\((\w+), *job\)`)
+
+// annotations checks that the dashboard's alert annotations mark the
+// alerts of the tier firing now, and only those.
+func annotations(t *testing.T, p *prometheus, dash *dashboard) {
+	t.Helper()
+	as, err := p.alerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var firing []string
+	for _, a := range as {
+		if a.State == "firing" && a.Labels["job"] == job {
+			firing = append(firing, a.Labels["alertname"])
+		}
+	}
+	for _, an := range dash.Annotations.List {
+		s, err := p.query(withJob(an.Expr))
+		if err != nil {
+			t.Fatalf("annotation %q: %v", an.Name, err)
+		}
+		var marked []string
+		for _, x := range s {
+			marked = append(marked, x.Metric["alertname"])
+		}
+		slices.Sort(firing)
+		slices.Sort(marked)
+		t.Logf("annotation %q marks %v", an.Name, marked)
+		if len(firing) == 0 || !slices.Equal(slices.Compact(firing), slices.Compact(marked)) {
+			t.Errorf("annotation %q marks %v; firing: %v", an.Name, marked, firing)
+		}
+	}
+}
+
+// onlyFired fails the test if an alert not among allowed fired at any
+// evaluation since `since` (the whole seconds since, so that an alert
+// that resolved just before does not count).
+func onlyFired(t *testing.T, p *prometheus, since time.Time, what string, allowed ...string) {
+	t.Helper()
+	window := int(time.Since(since).Seconds())
+	s, err := p.query(fmt.Sprintf(`max_over_time(ALERTS{alertstate="firing"}[%ds])`, window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s {
+		if !slices.Contains(allowed, a.Metric["alertname"]) {
+			t.Errorf("after %s, %s fired (%v); only %v may", what, a.Metric["alertname"], a.Metric, allowed)
+		}
+	}
 }
 
 // noAlert fails the test if the alert name is pending or firing with the
@@ -401,44 +511,6 @@ func send(ctx context.Context, client *http.Client, listen string, body []byte) 
 	return a.Usage.PromptTokens, a.Usage.PromptTokensDetails.CachedTokens, nil
 }
 
-// dashboard is what the test reads of the Grafana dashboard.
-type dashboard struct {
-	Panels []panel `json:"panels"`
-	raw    string
-}
-
-type panel struct {
-	Title   string `json:"title"`
-	Targets []struct {
-		Expr string `json:"expr"`
-	} `json:"targets"`
-}
-
-func readDashboard(t *testing.T) *dashboard {
-	t.Helper()
-	b, err := os.ReadFile("grafana/prefix-cache.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &dashboard{raw: string(b)}
-	if err := json.Unmarshal(b, d); err != nil {
-		t.Fatalf("grafana/prefix-cache.json: %v", err)
-	}
-	return d
-}
-
-// panel returns the panel titled title; it must have a query.
-func (d *dashboard) panel(t *testing.T, title string) panel {
-	t.Helper()
-	for _, p := range d.Panels {
-		if p.Title == title && len(p.Targets) > 0 {
-			return p
-		}
-	}
-	t.Fatalf("the dashboard has no panel %q with a query", title)
-	return panel{}
-}
-
 // withJob fills in the dashboard's $job variable.
 func withJob(expr string) string { return strings.ReplaceAll(expr, "$job", job) }
 
@@ -595,12 +667,11 @@ func stall(t *testing.T, listen string, size int) net.Conn {
 	return c
 }
 
-// probeUntilFiring sends chat requests of 24 KiB (a size no buffer of the
-// healthy load's serves) to the edge at listen, one at a time, until the
-// alert fires; it returns how long that took.
-func probeUntilFiring(t *testing.T, p *prometheus, listen, name string, labels map[string]string, timeout time.Duration) time.Duration {
+// probeUntil sends chat requests of 24 KiB (a size no buffer of the
+// healthy load's serves) to the edge at listen, one at a time, until
+// wait returns.
+func probeUntil(t *testing.T, listen string, wait func()) {
 	t.Helper()
-	start := time.Now()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -616,6 +687,5 @@ func probeUntilFiring(t *testing.T, p *prometheus, listen, name string, labels m
 		}
 	})
 	defer func() { close(done); wg.Wait() }()
-	p.waitFiring(t, name, labels, timeout)
-	return time.Since(start)
+	wait()
 }

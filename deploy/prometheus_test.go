@@ -52,10 +52,16 @@ var (
 	recordName = regexp.MustCompile(`(?m)^\s+- record: (\S+)\s*$`)
 	alertName  = regexp.MustCompile(`(?m)^\s+- alert: (\S+)\s*$`)
 	alertCase  = regexp.MustCompile(`(?m)^\s+alertname: (\S+)\s*\n\s+exp_alerts:(.*)$`)
+	exprTest   = regexp.MustCompile(`(?m)^\s+- expr: `)
 )
 
-// Every recording rule has a promtool test of its value, and every alert
-// a case where it must not fire and one where it fires.
+// tiers are the jobs of recording_test.yml: every recording rule's
+// expected samples name both, so a rule that mixed one tier's series
+// into another's figures, or dropped one, would fail its test.
+var tiers = []string{`job="t"`, `job="u"`}
+
+// Every recording rule has a promtool test of its value for each tier,
+// and every alert a case where it must not fire and one where it fires.
 func TestEveryRuleIsTested(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join("prometheus", name))
@@ -69,9 +75,33 @@ func TestEveryRuleIsTested(t *testing.T) {
 	if len(records) == 0 {
 		t.Fatal("recording.rules.yml: no rule")
 	}
+	// Each promql_expr_test from its `- expr:` line to the next.
+	var cases []string
+	starts := exprTest.FindAllStringIndex(recordTests, -1)
+	for i, st := range starts {
+		end := len(recordTests)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		cases = append(cases, recordTests[st[0]:end])
+	}
 	for _, m := range records {
-		if !regexp.MustCompile(`expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`).MatchString(recordTests) {
+		names := regexp.MustCompile(`^\s+- expr: .*\b` + regexp.QuoteMeta(m[1]) + `\b`)
+		tested, bothTiers := false, false
+		for _, c := range cases {
+			if !names.MatchString(c) {
+				continue
+			}
+			tested = true
+			if strings.Contains(c, tiers[0]) && strings.Contains(c, tiers[1]) {
+				bothTiers = true
+			}
+		}
+		switch {
+		case !tested:
 			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml", m[1])
+		case !bothTiers:
+			t.Errorf("recording rule %s: no promql_expr_test in recording_test.yml expects samples of both %v", m[1], tiers)
 		}
 	}
 	quiet, fires := map[string]bool{}, map[string]bool{}
@@ -233,8 +263,30 @@ func (p *prometheus) query(expr string) ([]sample, error) {
 
 // alert is one alert of /api/v1/alerts.
 type alert struct {
-	Labels map[string]string `json:"labels"`
-	State  string            `json:"state"` // pending or firing
+	Labels   map[string]string `json:"labels"`
+	State    string            `json:"state"` // pending or firing
+	ActiveAt time.Time         `json:"activeAt"`
+}
+
+// labelValues returns the values of label among the series of metric.
+func (p *prometheus) labelValues(label, metric string) ([]string, error) {
+	resp, err := http.Get(p.url + "/api/v1/label/" + label + "/values?match[]=" + url.QueryEscape(metric))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string   `json:"status"`
+		Error  string   `json:"error"`
+		Data   []string `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, err
+	}
+	if r.Status != "success" {
+		return nil, fmt.Errorf("label %s of %s: %s", label, metric, r.Error)
+	}
+	return r.Data, nil
 }
 
 // alerts returns the alerts pending or firing now.
@@ -255,12 +307,24 @@ func (p *prometheus) alerts() ([]alert, error) {
 	return r.Data.Alerts, nil
 }
 
-// waitFiring waits until the alert name fires with the given labels (a
-// subset of its own), and returns how long that took.
-func (p *prometheus) waitFiring(t *testing.T, name string, labels map[string]string, timeout time.Duration) time.Duration {
+// detectWithin bounds how much longer than its `for` window an alert
+// may take to fire after its incident. The edges see an incident at once
+// (a closed connection to Redis, a body the budget refuses) or within
+// one engine scrape (engine_metrics: interval 1 s, timeout 1 s);
+// Prometheus scrapes them every second and evaluates the recording
+// rules, then the alerts, every second. That is about 4 s; the rest is
+// the margin for a machine the test shares.
+const detectWithin = 10 * time.Second
+
+// incidentFires waits until the alert name fires with the given labels
+// (a subset of its own) after an incident at `at`. It must have become
+// pending at the incident or after (an alert pending already was not
+// the incident's), and fire within its `for` window (testFor) and
+// detectWithin of it. It returns when, after the incident, the alert
+// became pending and when the test saw it firing.
+func (p *prometheus) incidentFires(t *testing.T, name string, labels map[string]string, at time.Time) (pending, fired time.Duration) {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := at.Add(mustDuration(t, testFor) + detectWithin)
 	var last []alert
 	for {
 		as, err := p.alerts()
@@ -269,12 +333,20 @@ func (p *prometheus) waitFiring(t *testing.T, name string, labels map[string]str
 		}
 		last = as
 		for _, a := range as {
-			if a.Labels["alertname"] == name && a.State == "firing" && hasLabels(a.Labels, labels) {
-				return time.Since(start)
+			if a.Labels["alertname"] != name || a.State != "firing" || !hasLabels(a.Labels, labels) {
+				continue
 			}
+			fired = time.Since(at)
+			// Prometheus stamps an evaluation with its scheduled time,
+			// which may precede the sample it reads by a scrape.
+			if a.ActiveAt.Before(at.Add(-time.Second)) {
+				t.Errorf("%s%v was pending from %v, %v before its incident", name, labels, a.ActiveAt, at.Sub(a.ActiveAt))
+			}
+			return a.ActiveAt.Sub(at), fired
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s%v did not fire within %v; alerts: %v", name, labels, timeout, last)
+			t.Fatalf("%s%v did not fire within %v (its for: %s, and %v to see the incident); alerts: %v",
+				name, labels, time.Since(at).Round(time.Millisecond), testFor, detectWithin, last)
 		}
 		time.Sleep(200 * time.Millisecond) // polling Prometheus, bounded by the deadline
 	}
