@@ -96,11 +96,14 @@ type cell struct {
 	// AllocatedPerRequest is Go's allocation (go_memstats_alloc_bytes_total)
 	// during the run, per request: what feeds the garbage collector.
 	AllocatedPerRequest float64 `json:"go_alloc_bytes_per_request"`
-	// BudgetSkips is how many requests the budget sent to the fallback.
+	// Requests is how many requests the load sent.
+	Requests int `json:"requests,omitempty"`
+	// BudgetSkips is how many of them the budget sent to the fallback.
 	BudgetSkips float64 `json:"budget_skips"`
-	// Outcomes counts the policy's requests by
+	// Outcomes counts the load's selections by
 	// caddy_prefix_cache_body_peeks_total's outcome: "routed", or why
-	// the request went to the fallback (zeros left out).
+	// the request went to the fallback (zeros left out). A retry after
+	// a dial error is a selection of its own.
 	Outcomes map[string]float64 `json:"peek_outcomes,omitempty"`
 	Errors   int                `json:"errors"`
 	// ErrorKinds counts the errors by their first text.
@@ -332,7 +335,8 @@ func measureLoad(o options, dir string, eng *engines, lc loadCell) (cell, error)
 	defer c.stop()
 	warm(c)
 	rest, _ := c.rss()
-	allocBefore := c.metric("go_memstats_alloc_bytes_total")["go_memstats_alloc_bytes_total"]
+	before := c.metric("")
+	allocBefore := before["go_memstats_alloc_bytes_total"]
 	s := sample(c, 50*time.Millisecond, o.profile != "")
 	start := time.Now()
 	// headers is closed when the answers stream: in a burst, once every
@@ -384,20 +388,21 @@ func measureLoad(o options, dir string, eng *engines, lc loadCell) (cell, error)
 		RestRSS: rest, PeakRSS: max(pk.RSS, hwm), PeakInUse: pk.InUse, PeakAllocated: pk.Allocated, PeakHeap: pk.Heap,
 		Budget:      m["caddy_prefix_cache_body_budget_bytes"],
 		BudgetSet:   lc.budget,
-		BudgetSkips: m[`caddy_prefix_cache_body_peeks_total{outcome="budget"}`],
-		Outcomes:    outcomes(m),
+		BudgetSkips: m[`caddy_prefix_cache_body_peeks_total{outcome="budget"}`] - before[`caddy_prefix_cache_body_peeks_total{outcome="budget"}`],
+		Outcomes:    outcomes(before, m),
+		Requests:    requests,
 		Errors:      errs.n, ErrorKinds: errs.kinds, Seconds: time.Since(start).Seconds(),
 	}, nil
 }
 
-// outcomes returns caddy_prefix_cache_body_peeks_total by outcome, the
-// zeros left out.
-func outcomes(m map[string]float64) map[string]float64 {
+// outcomes returns how much caddy_prefix_cache_body_peeks_total grew
+// from before to after, by outcome, the zeros left out.
+func outcomes(before, after map[string]float64) map[string]float64 {
 	const prefix = `caddy_prefix_cache_body_peeks_total{outcome="`
 	out := map[string]float64{}
-	for k, v := range m {
-		if o, ok := strings.CutPrefix(k, prefix); ok && v > 0 {
-			out[strings.TrimSuffix(o, `"}`)] = v
+	for k, v := range after {
+		if o, ok := strings.CutPrefix(k, prefix); ok && v > before[k] {
+			out[strings.TrimSuffix(o, `"}`)] = v - before[k]
 		}
 	}
 	if len(out) == 0 {
@@ -501,8 +506,8 @@ func printTables(cells []cell) {
 // printSweep prints, for cells with runs (a -runs or -body-budget
 // sweep), one row per prompt size, concurrency, arrivals and body_budget:
 // each run's peak resident set of round_robin and of prefix_cache, their
-// ratio, and the requests prefix_cache sent to the fallback, by the
-// budget and for any reason.
+// ratio, the requests sent, and those prefix_cache sent to the fallback
+// (by the budget, and for any reason) or routed.
 func printSweep(cells []cell, base map[loadKey]cell) {
 	type row struct {
 		size, conc       int
@@ -527,10 +532,10 @@ func printSweep(cells []cell, base map[loadKey]cell) {
 		return
 	}
 	fmt.Println()
-	fmt.Println("| prompt | arrivals | concurrent | body_budget | runs | round_robin peak RSS | prefix_cache peak RSS | prefix_cache / round_robin | worst | to the fallback by the budget | to the fallback, any reason | routed | errors |")
-	fmt.Println("|---|---|---:|---|---:|---|---|---|---:|---|---|---|---:|")
+	fmt.Println("| prompt | arrivals | concurrent | body_budget | runs | round_robin peak RSS | prefix_cache peak RSS | prefix_cache / round_robin | worst | requests | to the fallback by the budget | to the fallback, any reason | routed | errors |")
+	fmt.Println("|---|---|---:|---|---:|---|---|---|---:|---|---|---|---|---:|")
 	for _, r := range rows {
-		var rr, pc, ratio, budget, fallback, routed []string
+		var rr, pc, ratio, requests, budget, fallback, routed []string
 		worst, errs := 0.0, 0
 		for _, c := range r.cells {
 			b := base[keyOf(c)]
@@ -539,6 +544,7 @@ func printSweep(cells []cell, base map[loadKey]cell) {
 			rr = append(rr, fmt.Sprintf("%.0f", float64(b.PeakRSS)/(1<<20)))
 			pc = append(pc, fmt.Sprintf("%.0f", float64(c.PeakRSS)/(1<<20)))
 			ratio = append(ratio, fmt.Sprintf("%.2f", x))
+			requests = append(requests, fmt.Sprint(c.Requests))
 			budget = append(budget, fmt.Sprintf("%.0f", c.BudgetSkips))
 			fb := 0.0
 			for o, n := range c.Outcomes {
@@ -554,10 +560,10 @@ func printSweep(cells []cell, base map[loadKey]cell) {
 		if b := r.cells[0].Budget; r.budget == "" && b > 0 {
 			label = fmt.Sprintf("default (%s)", mib(int64(b)))
 		}
-		fmt.Printf("| %s | %s | %d | %s | %d | %s MiB | %s MiB | %s | %.2f | %s | %s | %s | %d |\n",
+		fmt.Printf("| %s | %s | %d | %s | %d | %s MiB | %s MiB | %s | %.2f | %s | %s | %s | %s | %d |\n",
 			humanize.IBytes(uint64(r.size)), r.arrivals, r.conc, label, len(r.cells),
 			strings.Join(rr, ", "), strings.Join(pc, ", "), strings.Join(ratio, ", "), worst,
-			strings.Join(budget, ", "), strings.Join(fallback, ", "), strings.Join(routed, ", "), errs)
+			strings.Join(requests, ", "), strings.Join(budget, ", "), strings.Join(fallback, ", "), strings.Join(routed, ", "), errs)
 	}
 }
 
