@@ -104,9 +104,10 @@ func (c *caddyProc) rss() (cur, peak int64) {
 }
 
 // adminClient reads Caddy's admin API uncompressed: sampled 20 times a
-// second, gzipped metrics make Caddy allocate a compressor per scrape, the
-// top allocation site of a round_robin load's heap profile: the
-// measurement would inflate what it measures.
+// second, gzipped metrics make Caddy allocate a gzip compressor on every
+// scrape, garbage the measurement would add to what it measures. (A heap
+// profile is gzipped whatever the client asks: -heap-profile's own
+// allocations show in the profiles it takes.)
 var adminClient = &http.Client{Transport: &http.Transport{DisableCompression: true}}
 
 // metric returns the samples of Caddy's /metrics whose name starts with

@@ -136,7 +136,7 @@ func main() {
 	arrivals := flag.String("arrivals", "burst", "how load requests start, comma-separated: burst (all at once, every upload overlapping) or steady (staggered over -stream, each client sending again when its answer ends, for 3 x -stream)")
 	flag.IntVar(&o.runs, "runs", 1, "repetitions of every load cell, interleaved")
 	flag.StringVar(&o.caddyfile, "caddyfile", "Caddyfile.example", "the Caddyfile the load runs through (its lb_policy prefix_cache block; other policies replace it); 'none' for membench's bare site")
-	flag.StringVar(&o.profile, "heap-profile", "", "write to this directory, per load cell, Caddy's heap profile taken when its heap in use was largest")
+	flag.StringVar(&o.profile, "heap-profile", "", "write to this directory, per load cell, Caddy's heap profile taken when its heap in use was largest (fetching profiles allocates in Caddy: leave it off for figures)")
 	flag.StringVar(&o.render, "render", "", "print the tables of this -json file and exit")
 	flag.Parse()
 	if o.render != "" {
