@@ -23,20 +23,10 @@ import (
 // ask for the body again after it was sent (reuse.go). The replay body
 // installed as r.Body is returned too, for a retry to rewind.
 func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []byte, *bodyBuf, *replayBody) {
-	switch {
-	case r.Method != http.MethodPost:
-		return skipMethod, nil, nil, nil
-	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
-		return skipEmpty, nil, nil, nil
-	case caddyhttp.IsIncremental(r.Header):
-		return skipIncremental, nil, nil, nil
-	case !dialect.IdentityEncoding(r.Header.Values("Content-Encoding")):
-		return skipEncoded, nil, nil, nil
-	case !dialect.JSONMediaType(r.Header.Get("Content-Type")):
-		return skipContentType, nil, nil, nil
-	case r.ContentLength > maxBody:
-		return skipTooLarge, nil, nil, nil
-	case r.ContentLength > 0 && !fits(bodyInUse.Load()+int64(capacityFor(int(r.ContentLength))), budget):
+	if cause := unreadable(r, maxBody); cause != skipNone {
+		return cause, nil, nil, nil
+	}
+	if r.ContentLength > 0 && !fits(bodyInUse.Load()+int64(capacityFor(int(r.ContentLength))), budget) {
 		return skipBudget, nil, nil, nil
 	}
 
@@ -79,6 +69,27 @@ func readBody(r *http.Request, maxBody, budget int64, keep bool) (skipCause, []b
 		return skipEmpty, nil, nil, rb
 	}
 	return skipNone, buf, bb, rb
+}
+
+// unreadable returns why r's headers say its body will not be read, or
+// skipNone: not a POST, empty, incremental, compressed, not JSON, or
+// declared larger than maxBody.
+func unreadable(r *http.Request, maxBody int64) skipCause {
+	switch {
+	case r.Method != http.MethodPost:
+		return skipMethod
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
+		return skipEmpty
+	case caddyhttp.IsIncremental(r.Header):
+		return skipIncremental
+	case !dialect.IdentityEncoding(r.Header.Values("Content-Encoding")):
+		return skipEncoded
+	case !dialect.JSONMediaType(r.Header.Get("Content-Type")):
+		return skipContentType
+	case r.ContentLength > maxBody:
+		return skipTooLarge
+	}
+	return skipNone
 }
 
 // firstRead is the most memory readBody allocates before the client has

@@ -160,9 +160,22 @@ func (p *peeked) finish() {
 // route returns what the policy needs to route r: the body read on the
 // first attempt (or by a model matcher before it), the view derived for
 // this instance. The view is nil when the request is not routable.
+//
+// A request this instance would send to the fallback whatever its body
+// says, one without a tenant value, is not read: its body streams to the
+// fallback's upstream as it comes, and holds no buffer.
 func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
+	var tenant []byte
+	var noTenant, evaluated bool
 	p, _ := caddyhttp.GetVar(r.Context(), varKey).(*peeked)
 	if p == nil {
+		tenant, noTenant = s.tenantOf(r)
+		evaluated = true
+		if noTenant && unreadable(r, s.MaxBody) == skipNone {
+			// Not recorded in the request's variables: a model matcher
+			// or another instance may still read the body.
+			return &peeked{skip: skipNoTenant}, nil
+		}
 		p = peekRequest(r, s.MaxBody, s.BodyBudget, s.keepBody(r))
 	}
 	if p.skip != skipNone {
@@ -182,11 +195,17 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 		// route on.
 		return p, &view{owner: s, skip: skipReadError}
 	}
+	if !evaluated {
+		tenant, noTenant = s.tenantOf(r)
+	}
 	v := &view{owner: s}
-	if int64(len(p.body)) > s.MaxBody {
+	switch {
+	case int64(len(p.body)) > s.MaxBody:
 		v.skip = skipTooLarge // read by a matcher with a larger max_body
-	} else {
-		s.derive(r, p.body, v)
+	case noTenant:
+		v.skip = skipNoTenant // read by a model matcher
+	default:
+		s.derive(p.body, v, tenant)
 	}
 	p.buf.unpin()
 	// This handler knows whether its retries may need the body after it
@@ -205,7 +224,21 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 	return p, v
 }
 
-// derive parses body into routing text and chunk hashes for v.
+// tenantOf returns r's tenant value, and whether r has none though this
+// instance needs one: tenant is set, its value for r is empty, and
+// allow_empty_tenant is off.
+func (s *PrefixCacheSelection) tenantOf(r *http.Request) (tenant []byte, missing bool) {
+	if s.Tenant == "" {
+		return nil, false
+	}
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		tenant = []byte(repl.ReplaceAll(s.Tenant, ""))
+	}
+	return tenant, len(tenant) == 0 && !s.AllowEmptyTenant
+}
+
+// derive parses body into routing text and chunk hashes for v, in the
+// scope of tenant (nil without the tenant option).
 //
 // Only the text that max_chunks chunks hold is rendered: hashing needs no
 // more, and the rest of the body is skipped rather than unescaped
@@ -215,17 +248,7 @@ func (s *PrefixCacheSelection) route(r *http.Request) (*peeked, *view) {
 // limit count as written). The placement key is clamped to the rendered
 // text, so a first user message ending past the limit is keyed on the
 // first max_chunks chunks.
-func (s *PrefixCacheSelection) derive(r *http.Request, body []byte, v *view) {
-	var tenant []byte
-	if s.Tenant != "" {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-			tenant = []byte(repl.ReplaceAll(s.Tenant, ""))
-		}
-		if len(tenant) == 0 && !s.AllowEmptyTenant {
-			v.skip = skipNoTenant
-			return
-		}
-	}
+func (s *PrefixCacheSelection) derive(body []byte, v *view, tenant []byte) {
 	limit := s.MaxChunks * s.ChunkSize
 	if s.ChunkSize > 0 && limit/s.ChunkSize != s.MaxChunks {
 		limit = -1 // overflow: no limit

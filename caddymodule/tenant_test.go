@@ -1,14 +1,17 @@
 package caddymodule_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 )
@@ -173,5 +176,72 @@ func TestHashKeyRefusedWhenShort(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "hash_key must be at least 16 bytes") || strings.Contains(err.Error(), "short-secret") {
 		t.Errorf("loading a short hash_key: %v; want the length named, never the key", err)
+	}
+}
+
+// A request without a tenant value goes to the fallback whatever its body
+// says, so its body is not read: the fallback's upstream is contacted
+// while the client is still uploading, and gets every byte, as with stock
+// Caddy. Read first, a 2 MiB prompt without a key held a 2 MiB buffer
+// and the upstream waited for the whole upload.
+func TestKeylessUploadIsNotHeld(t *testing.T) {
+	arrived := make(chan struct{})
+	got := make(chan string, 1)
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			got <- "read error: " + err.Error()
+			return
+		}
+		got <- digest(body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upstream.Serve(ln)
+	t.Cleanup(func() { upstream.Close() })
+
+	port := freePort(t)
+	startCaddy(t, fmt.Sprintf(`http://127.0.0.1:%d {
+	reverse_proxy %s {
+		lb_policy prefix_cache {
+			tenant {http.request.header.Authorization}
+		}
+		%s
+	}
+}
+`, port, ln.Addr(), reasonHeaders))
+
+	body := chat(words("keyless", 20000), "hi")
+	half := len(body) / 2
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	conn.Write(body[:half])
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream was not contacted while a request without a key was still uploading: the policy read its body")
+	}
+	conn.Write(body[half:])
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-PC-Skip") != "no_tenant" {
+		t.Errorf("status %d, skip %q; want 200, no_tenant", resp.StatusCode, resp.Header.Get("X-PC-Skip"))
+	}
+	if d := <-got; d != digest(body) {
+		t.Errorf("the upstream got a body with digest %s, want the client's %s", d, digest(body))
 	}
 }

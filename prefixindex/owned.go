@@ -5,13 +5,22 @@ package prefixindex
 // engine has evicted. It sweeps every shard, sweepBatch entries per lock
 // hold, so it is the slow path (metrics scrapes, the admin API): about a
 // millisecond per 100k entries.
+//
+// Its counts cover the interned IDs only, up to the largest, not every
+// possible ID: an array of MaxIDs counters would be 256 KiB of garbage
+// per metrics scrape, which the collector lets wait beside the live heap
+// until the heap has grown by GOGC percent.
 func (ix *Index) Owned() map[string]int {
-	var counts [MaxIDs + 1]int32
+	names := *ix.ids.Load()
+	var top ID
+	for _, id := range names {
+		top = max(top, id)
+	}
+	counts := make([]int32, int(top)+1)
 	caps := ix.caps.Load()
 	for i := range ix.shards {
-		ix.shards[i].countOwners(&counts, caps)
+		ix.shards[i].countOwners(counts, caps)
 	}
-	names := *ix.ids.Load()
 	owned := make(map[string]int, len(names))
 	for name, id := range names {
 		owned[name] = int(counts[id])
@@ -20,8 +29,8 @@ func (ix *Index) Owned() map[string]int {
 }
 
 // countOwners adds one to counts[id] for every entry id owns and, with
-// caps, its engine has not evicted.
-func (s *shard) countOwners(counts *[MaxIDs + 1]int32, caps *capacities) {
+// caps, its engine has not evicted, for the ids counts covers.
+func (s *shard) countOwners(counts []int32, caps *capacities) {
 	for pos := 1; ; pos += sweepBatch {
 		s.mu.Lock()
 		end := min(len(s.entries), pos+sweepBatch)
@@ -36,7 +45,9 @@ func (s *shard) countOwners(counts *[MaxIDs + 1]int32, caps *capacities) {
 						continue
 					}
 				}
-				counts[uint16(o)]++
+				if id := int(uint16(o)); id < len(counts) {
+					counts[id]++
+				}
 			}
 		}
 		done := end >= len(s.entries)

@@ -34,3 +34,25 @@ func TestOwned(t *testing.T) {
 		t.Errorf("after Forget(a), Owned() = %v, want b:1=10, c:1=0", got)
 	}
 }
+
+// Owned is called on every metrics scrape: what it allocates grows with
+// the upstreams interned, not with the IDs an index could intern.
+func TestOwnedAllocatesForInternedIDs(t *testing.T) {
+	ix, err := New(Config{MaxEntries: 1000, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a:1", "b:1", "c:1", "d:1"} {
+		id, _ := ix.Intern(name)
+		ix.Record(Scope{}, []Hash{Hash(id) * 0x9e3779b97f4a7c15}, id)
+	}
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ix.Owned()
+		}
+	})
+	if got, limit := r.AllocedBytesPerOp(), int64(4<<10); got > limit {
+		t.Errorf("Owned() with 4 upstreams allocates %d bytes per call, want at most %d", got, limit)
+	}
+}

@@ -103,11 +103,18 @@ func (c *caddyProc) rss() (cur, peak int64) {
 	return cur, peak
 }
 
+// adminClient reads Caddy's admin API uncompressed: sampled 20 times a
+// second, gzipped metrics make Caddy allocate a gzip compressor on every
+// scrape, garbage the measurement would add to what it measures. (A heap
+// profile is gzipped whatever the client asks: -heap-profile's own
+// allocations show in the profiles it takes.)
+var adminClient = &http.Client{Transport: &http.Transport{DisableCompression: true}}
+
 // metric returns the samples of Caddy's /metrics whose name starts with
 // prefix, by full series name.
 func (c *caddyProc) metric(prefix string) map[string]float64 {
 	out := map[string]float64{}
-	resp, err := http.Get(c.admin + "/metrics")
+	resp, err := adminClient.Get(c.admin + "/metrics")
 	if err != nil {
 		return out
 	}
@@ -129,7 +136,9 @@ func (c *caddyProc) metric(prefix string) map[string]float64 {
 
 // sampler records the maxima of Caddy's RSS, of the policy's body bytes
 // in use and allocated, and of Go's heap in use, every interval until
-// stopped.
+// stopped; with profile set, also Caddy's heap profile
+// (/debug/pprof/heap) each time the heap in use grows by a MiB past its
+// largest so far, keeping the last.
 type sampler struct {
 	c      *caddyProc
 	stopCh chan struct{}
@@ -143,21 +152,34 @@ type peaks struct {
 	InUse     float64
 	Allocated float64
 	Heap      float64
+	// Profile is the heap profile taken nearest the largest heap in use.
+	Profile []byte
 }
 
-func sample(c *caddyProc, every time.Duration) *sampler {
+func sample(c *caddyProc, every time.Duration, profile bool) *sampler {
 	s := &sampler{c: c, stopCh: make(chan struct{})}
 	s.done.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
+		profiled := 0.0
 		for {
 			cur, _ := c.rss()
 			m := c.metric("")
+			heap := m["go_memstats_heap_inuse_bytes"]
+			var prof []byte
+			if profile && heap > profiled+1<<20 {
+				if p, err := c.get("/debug/pprof/heap"); err == nil {
+					prof, profiled = p, heap
+				}
+			}
 			s.mu.Lock()
 			s.peaks.RSS = max(s.peaks.RSS, cur)
 			s.peaks.InUse = max(s.peaks.InUse, m["caddy_prefix_cache_body_bytes_in_use"])
 			s.peaks.Allocated = max(s.peaks.Allocated, m["caddy_prefix_cache_body_bytes_allocated"])
-			s.peaks.Heap = max(s.peaks.Heap, m["go_memstats_heap_inuse_bytes"])
+			s.peaks.Heap = max(s.peaks.Heap, heap)
+			if prof != nil {
+				s.peaks.Profile = prof
+			}
 			s.mu.Unlock()
 			select {
 			case <-s.stopCh:
@@ -173,6 +195,19 @@ func (s *sampler) stop() peaks {
 	close(s.stopCh)
 	s.done.Wait()
 	return s.peaks
+}
+
+// get returns the body of a GET of the admin API's path.
+func (c *caddyProc) get(path string) ([]byte, error) {
+	resp, err := adminClient.Get(c.admin + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // drain reads r to its end.

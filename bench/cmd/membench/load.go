@@ -132,6 +132,7 @@ func burst(ctx context.Context, c *http.Client, url string, n int, bodies [][]by
 			<-start
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[i%len(bodies)]))
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", apiKey)
 			resp, err := c.Do(req)
 			answer()
 			errs.response(resp, err)
@@ -157,6 +158,7 @@ func steady(ctx context.Context, c *http.Client, url string, n int, stream, dur 
 			for k := 0; time.Since(start) < dur; k++ {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[(i+k)%len(bodies)]))
 				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", apiKey)
 				nsent.Add(1)
 				resp, err := c.Do(req)
 				errs.response(resp, err)
@@ -217,7 +219,10 @@ func probe(c *http.Client, url string, n int) (p50, p99 time.Duration, errors in
 	var lat []time.Duration
 	for range n {
 		start := time.Now()
-		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", apiKey)
+		resp, err := c.Do(req)
 		if err != nil {
 			errors++
 			continue
