@@ -196,6 +196,14 @@ func words(seed string, n int) string {
 // routing reason.
 func send(t *testing.T, url, auth string, body []byte) (int, string, string) {
 	t.Helper()
+	code, h := post(t, url, auth, body)
+	return code, h.Get("X-Backend"), h.Get("X-PC-Reason")
+}
+
+// post posts body with auth (if any), reads the answer, and returns its
+// status and headers.
+func post(t *testing.T, url, auth string, body []byte) (int, http.Header) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if auth != "" {
@@ -207,7 +215,7 @@ func send(t *testing.T, url, auth string, body []byte) (int, string, string) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("X-Backend"), resp.Header.Get("X-PC-Reason")
+	return resp.StatusCode, resp.Header
 }
 
 // syncStats is what an edge's admin API says of its sync.
@@ -557,19 +565,12 @@ func TestColdPlacementCountsTierBacklog(t *testing.T) {
 
 	moved := 0
 	for i := 0; i < 200 && moved < 3; i++ {
-		req, _ := http.NewRequest(http.MethodPost, b.url, bytes.NewReader(chat(words(fmt.Sprintf("conversation %d", i), 100), "hello")))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.Header.Get("X-PC-Preferred") != busy {
+		_, h := post(t, b.url, "", chat(words(fmt.Sprintf("conversation %d", i), 100), "hello"))
+		if h.Get("X-PC-Preferred") != busy {
 			continue
 		}
 		moved++
-		reason, got := resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-Backend")
+		reason, got := h.Get("X-PC-Reason"), h.Get("X-Backend")
 		if reason != "prefill" || dialOf(bs, got) == busy {
 			t.Errorf("conversation %d through edge B: %s on %s, want prefill away from %s, busy through edge A", i, reason, got, busy)
 		}

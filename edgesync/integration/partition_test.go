@@ -1,11 +1,8 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -53,12 +50,12 @@ func TestPartitionedEdgeKeepsHomes(t *testing.T) {
 		for range 200 {
 			n++
 			req := chat(words(fmt.Sprintf("conversation %d", n), 20), "hello")
-			code, backend, reason, preferred := sendPreferred(t, e.url, req)
+			code, h := post(t, e.url, "", req)
 			if code != 200 {
 				t.Fatalf("conversation %d: status %d", n, code)
 			}
-			if preferred == busy {
-				return reason, dialOf(bs, backend) == busy
+			if h.Get("X-PC-Preferred") == busy {
+				return h.Get("X-PC-Reason"), dialOf(bs, h.Get("X-Backend")) == busy
 			}
 		}
 		t.Fatalf("no new conversation of 200 preferred %s", busy)
@@ -100,17 +97,4 @@ func TestPartitionedEdgeKeepsHomes(t *testing.T) {
 	if u := upstreams(t, e)[busy]; u.PrefillBacklog < 100 {
 		t.Fatalf("the queue at %s drained to %d bytes during the test; it no longer shows the margin", busy, u.PrefillBacklog)
 	}
-}
-
-// sendPreferred posts body and returns the status, the backend, the
-// routing reason and the upstream the policy preferred.
-func sendPreferred(t *testing.T, url string, body []byte) (int, string, string, string) {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("X-Backend"), resp.Header.Get("X-PC-Reason"), resp.Header.Get("X-PC-Preferred")
 }
