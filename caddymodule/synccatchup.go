@@ -144,6 +144,7 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 	t := time.NewTicker(catchUpPoll)
 	defer t.Stop()
 	up := ss.transport.Status().Connected
+	ss.up.Store(up)
 	if up && s.state.index.Stats().Entries == 0 {
 		s.requestCatchUp()
 	}
@@ -153,9 +154,7 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			now := ss.transport.Status().Connected
-			ss.up.Store(now)
-			if now && !up {
+			if now := ss.transport.Status().Connected; !ss.up.Swap(now) && now {
 				// Back (or up at last): ask for what the others placed
 				// meanwhile, and tell them what this edge placed, which
 				// it could not publish, or which they missed, being
@@ -165,7 +164,6 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 				s.requestCatchUp()
 				s.answerCatchUp(stop)
 			}
-			up = now
 		case <-ss.catchUp.asked:
 			if !last.IsZero() && time.Since(last) < catchUpGap {
 				continue
