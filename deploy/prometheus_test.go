@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -222,35 +223,45 @@ type sample struct {
 	Value  float64
 }
 
-// query evaluates expr now.
-func (p *prometheus) query(expr string) ([]sample, error) {
-	resp, err := http.Get(p.url + "/api/v1/query?query=" + url.QueryEscape(expr))
+// api GETs path of Prometheus's HTTP API and decodes the answer's data
+// into data, a pointer, once its status says success.
+func (p *prometheus) api(path string, data any) error {
+	resp, err := http.Get(p.url + path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	var r struct {
+	r := struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
-		Data   struct {
-			ResultType string `json:"resultType"`
-			Result     []struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
+		Data   any    `json:"data"`
+	}{Data: data}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("query %q: %w", expr, err)
+		return err
 	}
 	if r.Status != "success" {
-		return nil, fmt.Errorf("query %q: %s", expr, r.Error)
+		return errors.New(r.Error)
 	}
-	if r.Data.ResultType != "vector" {
-		return nil, fmt.Errorf("query %q: a %s, want a vector", expr, r.Data.ResultType)
+	return nil
+}
+
+// query evaluates expr now.
+func (p *prometheus) query(expr string) ([]sample, error) {
+	var data struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		} `json:"result"`
+	}
+	if err := p.api("/api/v1/query?query="+url.QueryEscape(expr), &data); err != nil {
+		return nil, fmt.Errorf("query %q: %w", expr, err)
+	}
+	if data.ResultType != "vector" {
+		return nil, fmt.Errorf("query %q: a %s, want a vector", expr, data.ResultType)
 	}
 	var out []sample
-	for _, s := range r.Data.Result {
+	for _, s := range data.Result {
 		str, _ := s.Value[1].(string)
 		v, err := strconv.ParseFloat(str, 64)
 		if err != nil {
@@ -270,41 +281,22 @@ type alert struct {
 
 // labelValues returns the values of label among the series of metric.
 func (p *prometheus) labelValues(label, metric string) ([]string, error) {
-	resp, err := http.Get(p.url + "/api/v1/label/" + label + "/values?match[]=" + url.QueryEscape(metric))
-	if err != nil {
-		return nil, err
+	var values []string
+	if err := p.api("/api/v1/label/"+label+"/values?match[]="+url.QueryEscape(metric), &values); err != nil {
+		return nil, fmt.Errorf("label %s of %s: %w", label, metric, err)
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string   `json:"status"`
-		Error  string   `json:"error"`
-		Data   []string `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, err
-	}
-	if r.Status != "success" {
-		return nil, fmt.Errorf("label %s of %s: %s", label, metric, r.Error)
-	}
-	return r.Data, nil
+	return values, nil
 }
 
 // alerts returns the alerts pending or firing now.
 func (p *prometheus) alerts() ([]alert, error) {
-	resp, err := http.Get(p.url + "/api/v1/alerts")
-	if err != nil {
-		return nil, err
+	var data struct {
+		Alerts []alert `json:"alerts"`
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Data struct {
-			Alerts []alert `json:"alerts"`
-		} `json:"data"`
+	if err := p.api("/api/v1/alerts", &data); err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, err
-	}
-	return r.Data.Alerts, nil
+	return data.Alerts, nil
 }
 
 // detectWithin bounds how much longer than its `for` window an alert
