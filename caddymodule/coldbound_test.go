@@ -15,10 +15,11 @@ import (
 // others none: the cold bound is ceil(1 x (1 + 1) / 4) = 1, and the
 // request bound (allowance 16) holds for every backend. prefill_rate is
 // off on both sites: the held stream's backlog would also move new
-// conversations (TestBacklogPlacesNewConversations).
+// conversations (TestBacklogPlacesNewConversations). The cold bound is
+// one of the rules: the cost does not read it.
 func TestColdBoundBalancesNewConversations(t *testing.T) {
 	checkBusyWinner(t, chat(words("held", 100), "hold"),
-		"prefill_rate off", "cold_load_factor off\n\t\t\tprefill_rate off", "cold_spill")
+		"choice rules\n\t\t\tprefill_rate off", "choice rules\n\t\t\tcold_load_factor off\n\t\t\tprefill_rate off", "cold_spill")
 }
 
 // checkBusyWinner holds a stream of body open on one backend of four,

@@ -92,16 +92,14 @@ const (
 	// and the evidence", has the measurements).
 	DefaultPrefillRate = 64 << 10
 
-	// ChoiceRules and ChoiceCost are the values of choice: rules for
-	// each case, the default, or one predicted cost for every request.
-	// The rules stay the default while they lead on the tuning set: the
-	// cost keeps edges agreeing where the rules' cold placements move
-	// conversations by each edge's own view of load, but on Mooncake it
-	// gives up hit rate and TTFT p90 (docs/tuning.md); the race
-	// (bench/scoring) measures the two against each other with one
-	// budget.
-	ChoiceRules = "rules"
+	// ChoiceCost and ChoiceRules are the values of choice: one predicted
+	// cost for every request, the default, or the rules for each case
+	// that chose before it, kept so that a fleet tuned on them can stay
+	// there and the race (bench/scoring) can weigh the two. The cost
+	// leads the rules on time to first token on the tuning set at about
+	// their hit rate (docs/tuning.md, "choice: cost").
 	ChoiceCost  = "cost"
+	ChoiceRules = "rules"
 
 	// DefaultTenantShare is the default tenant_share: a quarter of the
 	// index (4 of its 16 shards) per tenant. The default index holds
@@ -121,12 +119,12 @@ const (
 // request spills to the next-deepest holder. A request with no useful match
 // goes to the rendezvous-hash winner of a placement key taken from the
 // request alone (for chat, the conversation through its first user
-// message), so that independent Caddy instances agree, unless that winner
-// is busier than the mean (cold_load_factor) or another upstream has less
-// prefill queued (prefill_rate). With choice cost, a request leaves that
-// home only when another upstream under the bound predicts a clearly
-// shorter time to first token, weighed against the cached prefix it gives
-// up (cache_weight).
+// message), so that independent Caddy instances agree. Among the
+// upstreams under the bound, the request goes to the one with the least
+// predicted time to first token (the prefill queued there plus the
+// request's own uncached prefill, prefill_rate) plus the cached prefix it
+// would give up (cache_weight); on a tie, or an idle fleet, it stays
+// home.
 //
 // The request body always reaches the upstream byte for byte. Requests the
 // policy cannot read (not POST, not JSON, larger than max_body, compressed,
@@ -201,19 +199,20 @@ type PrefixCacheSelection struct {
 	// tokens/s).
 	PrefillRate *int64 `json:"prefill_rate,omitempty"`
 
-	// How the upstream is chosen: `rules` (the deepest holder under the
-	// bound, cold requests by rendezvous hashing, cold_load_factor and
-	// the prefill backlog), or `cost`: every request to the upstream
+	// How the upstream is chosen: `cost`, every request to the upstream
 	// under the bound with the least predicted time to first token (its
 	// queued prefill plus the request's own uncached prefill, at
 	// prefill_rate or the engine's measured speed) plus cache_weight
-	// times the prefill a move off the deepest holder throws away. A
-	// request leaves its home (the deepest holder under the bound, else
-	// its rendezvous-hash winner) only when the move saves more than its
-	// own prefill (at least min_match's) plus its predicted time to first
-	// token where it goes, so that edges, each seeing its own share of
-	// the queues, place it alike. `cost` needs prefill_rate; with `cost`,
-	// cold_load_factor is not read. Default: `rules`.
+	// times the prefill a move off its home (the deepest holder under
+	// the bound, else its rendezvous-hash winner) throws away, home
+	// winning a tie; or `rules` (the deepest holder under the bound, cold
+	// requests by rendezvous hashing, cold_load_factor and the prefill
+	// backlog). While the edge's sync channel is down, the cost leaves
+	// home only on a saving no edge's private share of the queues makes
+	// up, so that edges place alike without talking. With prefill_rate
+	// off the cost sees no queue: the deepest holder under the bound,
+	// else the rendezvous-hash winner. With `cost`, cold_load_factor is
+	// not read. Default: `cost`.
 	Choice string `json:"choice,omitempty"`
 
 	// With choice cost, how much the prefix a request gives up by moving
@@ -383,7 +382,7 @@ func (s *PrefixCacheSelection) Provision(ctx caddy.Context) error {
 		s.PrefillRate = &rate
 	}
 	if s.Choice == "" {
-		s.Choice = ChoiceRules
+		s.Choice = ChoiceCost
 	}
 	if s.CacheWeight == nil {
 		w := selection.DefaultCacheWeight
@@ -593,9 +592,7 @@ func (s *PrefixCacheSelection) Validate() error {
 	case s.SyncLoadInterval != 0 && (time.Duration(s.SyncLoadInterval) < minLoadInterval || time.Duration(s.SyncLoadInterval) > maxLoadInterval):
 		return fmt.Errorf("sync_load_interval must be from %v to %v, got %v", minLoadInterval, maxLoadInterval, time.Duration(s.SyncLoadInterval))
 	case s.Choice != "" && s.Choice != ChoiceRules && s.Choice != ChoiceCost:
-		return fmt.Errorf("choice must be %s or %s, got %q", ChoiceRules, ChoiceCost, s.Choice)
-	case s.Choice == ChoiceCost && s.PrefillRate != nil && *s.PrefillRate == 0:
-		return fmt.Errorf("choice %s predicts prefill at prefill_rate, which is off", ChoiceCost)
+		return fmt.Errorf("choice must be %s or %s, got %q", ChoiceCost, ChoiceRules, s.Choice)
 	case s.SyncHashes != "" && s.SyncHashes != SyncHashesAll && s.SyncHashes != SyncHashesNew:
 		return fmt.Errorf("sync_hashes must be %s or %s, got %q", SyncHashesAll, SyncHashesNew, s.SyncHashes)
 	}

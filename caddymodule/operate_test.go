@@ -288,11 +288,10 @@ func TestAdminAPI(t *testing.T) {
 	if len(dry.Results) == 1 && dry.Results[0].ByteBound < caddymodule.DefaultLoadAllowanceBytes {
 		t.Errorf("dry run byte bound %d, want at least the default allowance %d", dry.Results[0].ByteBound, caddymodule.DefaultLoadAllowanceBytes)
 	}
-	// A new conversation is cold, and under the rules, the default, the
-	// answer shows the cold bound it was placed under (at least 1 in
-	// flight; TestDryRunColdBound: none under the cost).
-	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound < 1 {
-		t.Errorf("dry run of a new conversation = %+v, want reason cold with a cold bound", got)
+	// A new conversation is cold, and under the cost, the default, the
+	// answer shows no cold bound (TestDryRunColdBound: the rules' bound).
+	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound != 0 {
+		t.Errorf("dry run of a new conversation = %+v, want reason cold with no cold bound", got)
 	}
 	if got := getStats(t, admin).Instances[0].Entries; got != entries {
 		t.Errorf("entries after dry run = %d, want %d: a dry run must not record", got, entries)
@@ -624,16 +623,17 @@ func TestStatsNameServerAndRoute(t *testing.T) {
 	}
 }
 
-// TestDryRunColdBound: with choice cost, which reads no cold bound, the
-// dry run of a new conversation shows none, once the upstreams have been
-// routed to (TestAdminAPI: the rules' bound).
+// TestDryRunColdBound: with choice rules, the dry run of a new
+// conversation shows the cold bound it was placed under (at least 1 in
+// flight), once the upstreams have been routed to (TestAdminAPI: none
+// under the cost, which reads no cold bound).
 func TestDryRunColdBound(t *testing.T) {
 	bs := newBackends(t, 2)
 	port := freePort(t)
-	admin := startCaddyAdmin(t, proxySite(port, bs, "", "choice cost"))
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", "choice rules"))
 	post(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port), chat(words("a system", 200), "first"))
-	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound != 0 {
-		t.Errorf("dry run of a new conversation = %+v, want reason cold with no cold bound", got)
+	if got := coldDryRun(t, admin); len(got) != 1 || got[0].Reason != "cold" || got[0].ColdBound < 1 {
+		t.Errorf("dry run of a new conversation = %+v, want reason cold with a cold bound", got)
 	}
 }
 

@@ -40,7 +40,7 @@ func failoverSettles(t *testing.T, answer int) {
 	for i := range 16 {
 		convs = append(convs, newConversation(i))
 	}
-	for _, o := range runTurns(client, url, convs, 2) {
+	for _, o := range takeTurns(client, url, convs, 2) {
 		if o.err != nil {
 			t.Fatalf("before the kill: %s request %s: %v", o.conv, o.reqID, o.err)
 		}
