@@ -102,12 +102,12 @@ fi
 # edge of its range.
 PROCEDURE_KNOBS=(
 	# prefix_cache as Caddyfile.example configures it (PC_FIELDS): the
-	# choice (the default rules against the cost), then the bounds and
-	# the queue's speed. cache_weight is not among them: it weighs only
-	# under the cost, and a variant changes one knob of the default.
-	"prefix_cache|choice|rules|cost|"
-	"prefix_cache|load_factor|1.25|1.1 1.5|1,8"
-	"prefix_cache|min_match_ratio|0.3|0.1 0.5|0,1"
+	# choice (the default cost against the rules), the cost's one
+	# trade-off knob, then the bounds and the queue's speed.
+	"prefix_cache|choice|cost|rules|"
+	"prefix_cache|cache_weight|1|0.5 4|0,64"
+	"prefix_cache|load_factor|1.25|1.5|1,8"
+	"prefix_cache|min_match_ratio|0.3|0.5|0,1"
 	"prefix_cache|load_allowance_bytes|131072|262144|0,16777216"
 	"prefix_cache|prefill_rate|65536|32768 131072|1024,16777216"
 	# SGLang model gateway: cache-aware policy thresholds.
@@ -133,7 +133,7 @@ PROCEDURE_KNOBS=(
 MAX_EXTEND=4
 if [[ ${SMOKE:-0} == 1 ]]; then
 	PROCEDURE_KNOBS=(
-		"prefix_cache|choice|rules|cost|"
+		"prefix_cache|choice|cost|rules|"
 		"prefix_cache|min_match_ratio|0.3|0.5|0,1"
 		"peer_sglang|cache_threshold|0.3|0.5|0,1"
 	)

@@ -104,10 +104,10 @@ func TestSpread(t *testing.T) {
 // TestProcedureKnobs: every router has the same budget of variant
 // settings, each default lies within its knob's bounds (a categorical
 // knob, with none, has names for values, the default not among them),
-// prefix_cache's choice races the default rules against the cost, and spec_json
+// prefix_cache's choice races the default cost against the rules, and spec_json
 // and knob_json write the JSON a variant runs.
 func TestProcedureKnobs(t *testing.T) {
-	lines := sets(t, "0", `printf '%s\n' "${PROCEDURE_KNOBS[@]}"; echo --; spec_json prefix_cache load_factor=1.5; spec_json peer_sglang cache_threshold=0.5 balance_abs_threshold=32; spec_json prefix_cache "choice=$(knob_json "" cost)" "cache_weight=$(knob_json 0,16 2)"`)
+	lines := sets(t, "0", `printf '%s\n' "${PROCEDURE_KNOBS[@]}"; echo --; spec_json prefix_cache load_factor=1.5; spec_json peer_sglang cache_threshold=0.5 balance_abs_threshold=32; spec_json prefix_cache "choice=$(knob_json "" rules)" "cache_weight=$(knob_json 0,16 2)"`)
 	i := slices.Index(lines, "--")
 	variants := map[string]int{}
 	knobs := map[string]string{}
@@ -143,8 +143,8 @@ func TestProcedureKnobs(t *testing.T) {
 			variants[f[0]]++
 		}
 	}
-	if got := knobs["prefix_cache|choice"]; got != "rules|cost" {
-		t.Errorf("prefix_cache's choice knob: default|values %q, want the default rules raced against the cost", got)
+	if got := knobs["prefix_cache|choice"]; got != "cost|rules" {
+		t.Errorf("prefix_cache's choice knob: default|values %q, want the default cost raced against the rules", got)
 	}
 	want := []string{"prefix_cache", "peer_sglang", "peer_llmd", "peer_kubeai", "peer_vllmstack", "peer_dynamo", "peer_dynamo_approx"}
 	for _, r := range want {
@@ -162,7 +162,7 @@ func TestProcedureKnobs(t *testing.T) {
 	}{
 		{lines[i+1], map[string]any{"policy": "prefix_cache", "load_factor": 1.5, "load_allowance": 16.0, "min_match": 1024.0}},
 		{lines[i+2], map[string]any{"policy": "peer_sglang", "cache_threshold": 0.5, "balance_abs_threshold": 32.0}},
-		{lines[i+3], map[string]any{"policy": "prefix_cache", "choice": "cost", "cache_weight": 2.0}},
+		{lines[i+3], map[string]any{"policy": "prefix_cache", "choice": "rules", "cache_weight": 2.0}},
 	} {
 		var got map[string]any
 		if err := json.Unmarshal([]byte(tt.line), &got); err != nil {
