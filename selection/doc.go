@@ -51,72 +51,32 @@
 // both, and the last resort applies ([ReasonLeastLoaded]). See
 // [Policy.ByteBound].
 //
-// # The cold bound
-//
-// With ColdLoadFactor > 0, a cold request (no holder) is held to a tighter
-// bound besides: a candidate takes it only if
-//
-//	Load + 1 <= coldBound
-//	coldBound = min(bound, ceil(ColdLoadFactor * (sum(Load) + 1) / n))
-//
-// with no allowance. Spilling a warm request throws its cached prefix
-// away, so its bound is loose; a cold request has no cache anywhere to
-// lose, and rendezvous hashing alone places new prompt families like balls
-// in bins, so some replicas collect more families than their KV caches
-// hold. The least-loaded candidate is always within the cold bound (the
-// argument of the bound applies with the allowance 0), and on an idle
-// fleet every candidate is, so a cold request goes to its rendezvous-hash
-// winner whenever that one is not busier than the mean. See
-// [Policy.ColdBound].
-//
-// # The backlog
-//
-// With ColdBacklog, each candidate also carries a Backlog: the prefill it
-// is believed to have queued (the caller estimates it; caddymodule drains
-// the uncached prompt of the requests it sent at a configured rate). A
-// long prompt placed behind another long prefill waits for all of it, so
-// a cold request goes, among the candidates within the bound and the cold
-// bound, to the one with the least backlog, the rendezvous-hash winner's
-// placement on a tie ([ReasonPrefill] when that moves it). With no backlog
-// anywhere nothing moves. Warm requests are not moved by the backlog:
-// moving one throws away its cached prefix, and on the Mooncake trace
-// moving warm requests whenever the holder's queue exceeded the prefill
-// their match saves (NVIDIA Dynamo's cost) lost hit rate (docs/tuning.md
-// has the figures).
-//
 // # The choice
 //
-// A candidate with Depth >= MinDepth is a holder. Policy.Cost chooses by
-// one cost (next section); without it, by these rules, in order:
+// A candidate with Depth >= MinDepth is a holder; a request no candidate
+// holds is cold. A match shallower than MinDepth counts for nothing:
+// following chat-template boilerplate would herd unrelated conversations
+// onto whichever replica saw it first.
 //
-//  1. the deepest holder under the bound ([ReasonMatch] when it is the
-//     deepest holder overall, [ReasonSpill] when the bound moved the
-//     request to a shallower or equally deep but lower-ranked holder);
-//  2. with no holder under the bound, the rendezvous-hash winner among the
-//     candidates under the bound ([ReasonSpillCold]): the prefix is lost for
-//     this request, and recording the choice gives it a second home that
-//     every instance agrees on;
-//  3. a cold request (no holder) goes to the rendezvous-hash winner of the
-//     placement key ([ReasonCold]) or, if that candidate is over the bound
-//     or the cold bound, to the highest-ranked candidate under both
-//     ([ReasonColdSpill]), or under the bound alone if none is (only the
-//     byte bound can exclude the least loaded);
-//  4. last resort, with no candidate under the bound: the least-loaded
-//     candidate ([ReasonLeastLoaded]);
-//  5. with ColdBacklog, a choice of rule 3 within the cold bound moves to
-//     the candidate with the least backlog, as above.
+// Policy.Cost chooses by one cost, the same for warm and cold requests
+// (caddymodule's default, choice cost); without it, by the rules further
+// down (choice rules). Either way, the bound and the byte
+// bound are hard caps, and with no candidate under the bound the
+// least-loaded candidate takes the request ([ReasonLeastLoaded]).
 //
 // Choice.Preferred is what the policy would pick with no bound: the deepest
 // holder, or for a cold request the rendezvous-hash winner. Choice.Spilled
-// reports that the bound, the cold bound, the backlog or the cost moved the
-// choice away from it.
+// reports that the bound, the cost, the cold bound or the backlog moved
+// the choice away from it.
 //
 // # The cost
 //
-// With Policy.Cost, warm and cold requests go through one cost: the
-// predicted time to first token at each candidate, weighed against the
-// prefill a move throws away. For a request of the given size, at each
-// candidate under the bound and the byte bound:
+// The aim is the shortest time to first token for the request without
+// spending the fleet's caches to get it. The cost of a candidate is the
+// request's predicted time to first token there, plus CacheWeight times
+// the prefill that moving the request off its deepest holder throws away.
+// For a request of the given size, at each candidate under the bound and
+// the byte bound:
 //
 //	matched = min(Depth * ChunkSize, size)  (0 when Depth < MinDepth)
 //	ns      = Candidate.NsPerByte, or Policy.NsPerByte when unset
@@ -126,23 +86,25 @@
 //	lost    = (matched_best - matched) * Policy.NsPerByte
 //	cost    = ttft + CacheWeight * lost
 //
-// where matched_best is the deepest holder's. lost is what moving off
-// the deepest holder costs the fleet: a prefix recomputed here and held
-// twice, measured at the reference speed so that it does not depend on
-// which engine recomputes it. A match shallower than MinDepth counts for
-// nothing, as in the rules: following chat-template boilerplate would
-// herd unrelated conversations onto whichever replica saw it first.
+// where matched_best is the deepest holder's. ttft is what the request
+// waits for at that candidate: the prefill queued there, then its own
+// prompt less what is cached. lost is what moving off the deepest holder
+// costs the fleet: a prefix recomputed here and held twice, in KV cache
+// that other prefixes then lose, measured at the reference speed so that
+// it does not depend on which engine recomputes it.
 //
 // Every request has a home: the deepest holder under the bound (the
 // higher-ranked by rendezvous hashing among equally deep ones), or, if
-// no holder is under the bound, the rendezvous-hash winner under it. The
-// request goes to the least cost under the bound (the deeper, then the
-// higher-ranked, on a tie), and stays home when home is among the least.
-// Reasons: [ReasonMatch] at the deepest holder, [ReasonSpill] at another
-// holder, [ReasonSpillCold] at a candidate with no useful prefix; for a
-// cold request (no holder), [ReasonCold] at the rendezvous-hash winner,
-// [ReasonColdSpill] at the highest-ranked under the bound when the
-// winner is over it, [ReasonPrefill] moved by the cost.
+// no holder is under the bound, the rendezvous-hash winner under it.
+// The home depends on the index, the bound and the placement key alone,
+// not on the queues. The request goes to the least cost under the bound
+// (the deeper, then the higher-ranked, on a tie), and stays home when
+// home is among the least. Reasons: [ReasonMatch] at the deepest holder,
+// [ReasonSpill] at another holder, [ReasonSpillCold] at a candidate with
+// no useful prefix; for a cold request, [ReasonCold] at the
+// rendezvous-hash winner, [ReasonColdSpill] at the highest-ranked under
+// the bound when the winner is over it, [ReasonPrefill] moved by the
+// cost.
 //
 // Against an idle candidate with no useful prefix, a holder with queue q
 // and match m of a request (one speed) keeps the request while
@@ -151,11 +113,23 @@
 //
 // since moving gives up the match's prefill once in the request's own
 // time to first token and CacheWeight times more for the fleet. So
-// CacheWeight is the one knob between hit rate and time to first
-// token: 0 counts only the request's predicted time to first token, and
-// larger weights keep conversations on their holders longer. A cold
-// request goes where the least prefill is queued, which spreads a burst
-// of new conversations over the fleet.
+// CacheWeight is the one knob between hit rate and time to first token:
+// 0 counts only the request's predicted time to first token, and larger
+// weights keep conversations on their holders longer, as the rules keep
+// them whatever the queue. A cold request has nothing to lose, and goes
+// where its predicted time to first token is least: where the least
+// prefill is queued, which spreads a burst of new conversations over
+// the fleet instead of stacking two long prefills on one engine.
+//
+// On an idle fleet (no backlog, one speed) every candidate's ttft is its
+// unmatched part, so no move saves anything: the cost, sticky or not,
+// places the deepest holder under the bound, else the rendezvous-hash
+// winner, as the rules do with the cold bound off, and independent
+// instances agree without talking. With no speed at all
+// (Policy.NsPerByte 0 and no candidate speeds) every cost is equal and
+// the same holds whatever the queues. The cold bound and ColdBacklog
+// belong to the rules and are not read. The cost is computed in one pass
+// over the candidates, without allocating.
 //
 // # Sticky: when edges cannot share placements
 //
@@ -173,24 +147,72 @@
 // shortest match the policy routes on, so that a short request is not
 // moved by a queue of a request or two) plus all it is predicted to wait
 // and prefill where it goes. With one speed and CacheWeight 0, the move
-// must more than halve its predicted time to first token. The home
-// depends on the index, the bound and the placement key, which edges
-// share, not on the queues; two edges that each see their own part of
-// the queues then place a request alike unless the difference one of
-// them sees is of the size of the margin. Sticky, the holder above keeps
-// the request while q <= 2*s + (1 + CacheWeight) * m, for a request of
-// size s above the floor.
+// must more than halve its predicted time to first token. Since the home
+// does not depend on the queues, two edges that each see their own part
+// of the queues place a request alike unless the difference one of them
+// sees is of the size of the margin. Sticky, the holder above keeps the
+// request while q <= 2*s + (1 + CacheWeight) * m, for a request of size
+// s above the floor.
 //
-// On an idle fleet (no backlog, one speed) every candidate's ttft is its
-// unmatched part, so no move saves anything and the cost, sticky or not,
-// chooses exactly as the rules do with the cold bound off: the deepest
-// holder under the bound, else the rendezvous-hash winner. With no speed
-// at all (Policy.NsPerByte 0 and no candidate speeds) every cost is equal
-// and the same holds whatever the queues. The bound and the byte bound
-// stay hard caps; the cold bound and ColdBacklog are rules the cost
-// replaces, and are not read.
-// The cost is computed in the same single pass as the rules, without
-// allocating.
+// # The rules
+//
+// Without Policy.Cost, the choice follows these rules, in order:
+//
+//  1. the deepest holder under the bound ([ReasonMatch] when it is the
+//     deepest holder overall, [ReasonSpill] when the bound moved the
+//     request to a shallower or equally deep but lower-ranked holder);
+//  2. with no holder under the bound, the rendezvous-hash winner among the
+//     candidates under the bound ([ReasonSpillCold]): the prefix is lost for
+//     this request, and recording the choice gives it a second home that
+//     every instance agrees on;
+//  3. a cold request goes to the rendezvous-hash winner of the
+//     placement key ([ReasonCold]) or, if that candidate is over the bound
+//     or the cold bound, to the highest-ranked candidate under both
+//     ([ReasonColdSpill]), or under the bound alone if none is (only the
+//     byte bound can exclude the least loaded);
+//  4. last resort, with no candidate under the bound: the least-loaded
+//     candidate ([ReasonLeastLoaded]);
+//  5. with ColdBacklog, a choice of rule 3 within the cold bound moves to
+//     the candidate with the least backlog, as below.
+//
+// A warm request stays on its deepest holder under the bound whatever is
+// queued there; only the bound moves it. The queue reaches cold requests
+// alone, through the cold bound and the backlog.
+//
+// # The cold bound (rules only)
+//
+// With ColdLoadFactor > 0, a cold request is held to a tighter bound
+// besides: a candidate takes it only if
+//
+//	Load + 1 <= coldBound
+//	coldBound = min(bound, ceil(ColdLoadFactor * (sum(Load) + 1) / n))
+//
+// with no allowance. Spilling a warm request throws its cached prefix
+// away, so its bound is loose; a cold request has no cache anywhere to
+// lose, and rendezvous hashing alone places new prompt families like balls
+// in bins, so some replicas collect more families than their KV caches
+// hold. The least-loaded candidate is always within the cold bound (the
+// argument of the bound applies with the allowance 0), and on an idle
+// fleet every candidate is, so a cold request goes to its rendezvous-hash
+// winner whenever that one is not busier than the mean. See
+// [Policy.ColdBound]. The cost needs no such bound: it places a cold
+// request by the queues it sees.
+//
+// # The backlog (rules only)
+//
+// With ColdBacklog, the rules read each candidate's Backlog: the prefill
+// it is believed to have queued (the caller estimates it; caddymodule
+// drains the uncached prompt of the requests it sent at a configured
+// rate). A long prompt placed behind another long prefill waits for all
+// of it, so a cold request goes, among the candidates within the bound
+// and the cold bound, to the one with the least backlog, the
+// rendezvous-hash winner's placement on a tie ([ReasonPrefill] when that
+// moves it). With no backlog anywhere nothing moves. The rules never move
+// a warm request by the backlog: moving one whenever its holder's queue
+// exceeds the prefill its match saves (NVIDIA Dynamo's cost, the cost
+// above with CacheWeight 0) loses hit rate (docs/tuning.md has the
+// figures); the cost moves one only when the queue outweighs
+// 1 + CacheWeight times its match.
 //
 // # Rendezvous hashing
 //

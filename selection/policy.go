@@ -23,7 +23,8 @@ const DefaultLoadFactor = 1.25
 // prompt families like balls in bins, and the busiest engine then evicts
 // families it will be asked for again; the bound evens them out (the
 // measurements are in docs/tuning.md). On an idle fleet every candidate
-// is within it.
+// is within it. Only the rules read it; the cost places cold requests by
+// the queues instead.
 const DefaultColdLoadFactor = 1.0
 
 // DefaultAllowance is the default Policy.Allowance, in requests in flight.
@@ -58,8 +59,8 @@ const DefaultMinDepth = 4
 // and once more as duplicated work (the KV cache the copy takes, the
 // prefill the engine does instead of another request's). 0 is pure
 // predicted time to first token; larger values keep affinity as the
-// rules do. No run has compared it with other values yet
-// (docs/tuning.md, "cache_weight: 1").
+// rules do. It is chosen on the tuning set, against the other values
+// the race's procedure sweeps (docs/tuning.md, "cache_weight: 1").
 const DefaultCacheWeight = 1.0
 
 // maxBoundTerm caps the multiplicative term of the bound, so that a huge or
@@ -104,8 +105,12 @@ type Policy struct {
 	// candidates under the bound, the least predicted time to first
 	// token plus CacheWeight times the prefill that moving off the
 	// deepest holder throws away (see the package documentation).
-	// ColdLoadFactor and ColdBacklog are rules the cost replaces: with
-	// Cost they are not read.
+	// It is caddymodule's default: it weighs the queue in front of a
+	// warm request, which the rules never do, so a conversation leaves
+	// a holder whose queue outweighs its cached prefix, and a burst of
+	// new ones spreads by the queues, while an idle fleet routes as the
+	// rules do. ColdLoadFactor and ColdBacklog belong to the rules:
+	// with Cost they are not read.
 	Cost bool
 	// ChunkSize is the units of size (bytes of routing text in
 	// caddymodule) per chunk of depth: a candidate at depth d holds
