@@ -30,7 +30,7 @@ import (
 //		load_allowance_bytes <size>|off
 //		cold_load_factor <factor>|off
 //		prefill_rate   <size>|off
-//		choice         rules|cost
+//		choice         cost|rules
 //		cache_weight   <weight>
 //		min_match      <bytes>
 //		min_match_ratio <fraction>
@@ -181,7 +181,7 @@ func (s *PrefixCacheSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error 
 				return d.ArgErr()
 			}
 			if v := d.Val(); v != ChoiceRules && v != ChoiceCost {
-				return d.Errf("invalid choice '%s': must be %s or %s", v, ChoiceRules, ChoiceCost)
+				return d.Errf("invalid choice '%s': must be %s or %s", v, ChoiceCost, ChoiceRules)
 			}
 			s.Choice = d.Val()
 			if d.NextArg() {
