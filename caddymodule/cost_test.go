@@ -14,9 +14,9 @@ import (
 // cache_weight, keep it home. Three sites over four backends share one
 // index and one set of queues. A stream of ~45 KB of uncached prompt is
 // held open on the holder (queued at 1 KiB/s, so it drains in ~45 s, far
-// longer than the test); the follow-up matches ~10 KB there, so at
-// weight 1 it moves when the queue exceeds (1+1) x 10 KB, and at weight
-// 10 it would need ~110 KB.
+// longer than the test); the follow-up matches ~10 KB there, so at the
+// default weight 2 it moves when the queue exceeds (1+2) x 10 KB, and at
+// weight 10 it would need ~110 KB.
 func TestCostMovesAWarmConversationOffALongQueue(t *testing.T) {
 	bs := newBackends(t, 4)
 	release := make(chan struct{})

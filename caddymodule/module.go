@@ -219,7 +219,7 @@ type PrefixCacheSelection struct {
 	// weighs against the time to first token it saves, as a multiple of
 	// that prefix's prefill time: 0 moves a request as soon as its
 	// predicted time to first token is less elsewhere, larger values keep
-	// conversations on their holders. Finite and at least 0. Default: `1`.
+	// conversations on their holders. Finite and at least 0. Default: `2`.
 	CacheWeight *float64 `json:"cache_weight,omitempty"`
 
 	// Shortest matched prefix, in bytes of routing text, worth routing on;

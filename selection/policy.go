@@ -59,9 +59,11 @@ const DefaultMinDepth = 4
 // and once more as duplicated work (the KV cache the copy takes, the
 // prefill the engine does instead of another request's). 0 is pure
 // predicted time to first token; larger values keep affinity as the
-// rules do. It is chosen on the tuning set, against the other values
-// the race's procedure sweeps (docs/tuning.md, "cache_weight: 1").
-const DefaultCacheWeight = 1.0
+// rules do. 2 counts that duplicated work twice: a second copy of a
+// prefix also evicts what the engine held, which other requests would
+// have reused. It is the tuning set's pick by the race's rule among the
+// values swept (docs/tuning.md, "cache_weight: 2").
+const DefaultCacheWeight = 2.0
 
 // maxBoundTerm caps the multiplicative term of the bound, so that a huge or
 // infinite LoadFactor cannot overflow int on any platform. No upstream

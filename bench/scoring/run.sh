@@ -11,9 +11,11 @@
 # whose JSON exists are kept, the others run.
 #
 # TUNED names a file of tuned settings, ROUTER_tuned=JSON per line (what
-# tune.sh -procedure writes): they run in place of the defaults (beside
-# them with DEFAULTS=1), and the summary leads with prefix_cache_tuned
-# against peer_dynamo_tuned as the reference:
+# tune.sh -procedure writes): they run in place of the peers' defaults
+# (beside them with DEFAULTS=1). prefix_cache runs at its default, as
+# Caddyfile.example ships it, which the summary leads with, and at its
+# tuned setting unless that is the default; peer_dynamo_tuned is the
+# reference:
 #
 #	TUNED=results-tuning/tuned.txt bench/scoring/run.sh OUTDIR
 #
@@ -48,13 +50,14 @@ if [[ -n ${TUNED:-} ]]; then
 	# The tuned settings, ROUTER_tuned=JSON per line (tune.sh
 	# -procedure's tuned.txt), in place of the defaults (beside them
 	# with DEFAULTS=1).
-	[[ ${DEFAULTS:-0} == 1 ]] || { run_policies=; POLICIES=; }
+	[[ ${DEFAULTS:-0} == 1 ]] || { run_policies=prefix_cache; POLICIES=prefix_cache; }
 	while IFS= read -r spec; do
 		[[ -n $spec ]] || continue
+		# prefix_cache tuned to its default is prefix_cache: run once.
+		[[ $spec != "prefix_cache_tuned=$(spec_json prefix_cache)" ]] || continue
 		custom+=(-custom-policy "$spec")
 		POLICIES+="${POLICIES:+,}${spec%%=*}"
 	done <"$TUNED"
-	LEAD=prefix_cache_tuned
 	REFERENCE=${REFERENCE}_tuned
 fi
 if [[ -n ${EXTRA:-} ]]; then

@@ -105,7 +105,7 @@ PROCEDURE_KNOBS=(
 	# choice (the default cost against the rules), the cost's one
 	# trade-off knob, then the bounds and the queue's speed.
 	"prefix_cache|choice|cost|rules|"
-	"prefix_cache|cache_weight|1|0.5 4|0,64"
+	"prefix_cache|cache_weight|2|1 8|0,64"
 	"prefix_cache|load_factor|1.25|1.5|1,8"
 	"prefix_cache|min_match_ratio|0.3|0.5|0,1"
 	"prefix_cache|load_allowance_bytes|131072|262144|0,16777216"
