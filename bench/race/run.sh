@@ -12,8 +12,9 @@
 #    tuned.txt.
 # 2. OUTDIR/scoring: bench/scoring/run.sh with TUNED=tuned.txt, every
 #    router at its tuned setting on the scoring set (held-out RAG
-#    workload included): summary.md (paired verdicts, prefix_cache_tuned
-#    leading, peer_dynamo_tuned the reference) and summary.svg.
+#    workload included), and prefix_cache at its default too:
+#    summary.md (paired verdicts, prefix_cache as shipped leading,
+#    peer_dynamo_tuned the reference) and summary.svg.
 # 3. OUTDIR/race.md: the commit, once, then the tuned settings, the
 #    scoring summary and the tuning tables.
 #
