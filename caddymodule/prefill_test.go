@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// Under the rules, a new conversation whose rendezvous-hash winner is busy
-// with a long prefill goes to a backend with none queued, and to the winner with
-// prefill_rate off. A stream of ~20 KB of prompt is held open on one
-// backend of four: ~20 KB of uncached text in flight there, queued at
-// 1 KiB/s, so it drains in ~20 s, far longer than the test. The cold bound
-// is off on both sites, so only the backlog moves requests. The cost's
-// placement is TestCostPlacesNewConversationsOffALongQueue.
+// Under the rules, a new conversation whose rendezvous-hash winner is
+// busy with a long prefill goes to a backend with none queued, and to the
+// winner with prefill_rate off. A stream of ~20 KB of prompt is held open
+// on one backend of four: ~20 KB of uncached text in flight there, queued
+// at 1 KiB/s, so it drains in ~20 s, far longer than the test. The cold
+// bound is off on both sites, so only the backlog moves requests. The
+// cost's placement is TestCostPlacesNewConversationsOffALongQueue.
 func TestBacklogPlacesNewConversations(t *testing.T) {
 	checkBusyWinner(t, chat(words("long held prompt", 1300), "hold"),
 		"choice rules\n\t\t\tcold_load_factor off\n\t\t\tprefill_rate 1KiB", "choice rules\n\t\t\tcold_load_factor off\n\t\t\tprefill_rate off", "prefill")
@@ -22,7 +22,8 @@ func TestBacklogPlacesNewConversations(t *testing.T) {
 
 // Under the rules, a warm request stays on its holder however long the
 // holder's queue: moving it would throw its cached prefix away. (The cost
-// weighs the queue against that prefix: TestCostMovesAWarmConversationOffALongQueue.)
+// weighs the queue against that prefix:
+// TestCostMovesAWarmConversationOffALongQueue.)
 func TestBacklogLeavesConversationsHome(t *testing.T) {
 	bs := newBackends(t, 4)
 	release := make(chan struct{})
