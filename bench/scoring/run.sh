@@ -48,8 +48,8 @@ extra_bound=()
 LEAD=prefix_cache
 if [[ -n ${TUNED:-} ]]; then
 	# The tuned settings, ROUTER_tuned=JSON per line (tune.sh
-	# -procedure's tuned.txt), in place of the defaults (beside them
-	# with DEFAULTS=1).
+	# -procedure's tuned.txt), in place of the peers' defaults (beside
+	# them with DEFAULTS=1); prefix_cache's default runs either way.
 	[[ ${DEFAULTS:-0} == 1 ]] || { run_policies=prefix_cache; POLICIES=prefix_cache; }
 	while IFS= read -r spec; do
 		[[ -n $spec ]] || continue
