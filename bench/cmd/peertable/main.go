@@ -33,6 +33,14 @@
 //
 //	go run ./bench/cmd/peertable -pick peer_sglang -knob cache_threshold -default 0.3 -range 0,1 tuning/*.json
 //
+// With -frontier POLICY -knob KNOB -default V it prints the frontier of
+// frontier.go instead: POLICY's KNOB swept beside every other policy's
+// settings, as points of mean hit rate and TTFT p90 per cell, and the
+// peer settings that get both a higher hit rate and a lower TTFT p90
+// than one of POLICY's, paired run by run; -svg draws the points:
+//
+//	go run ./bench/cmd/peertable -frontier prefix_cache -knob cache_weight -default 2 -svg frontier.svg tuning/*.json
+//
 // With -tiers every run is shown under its policy and its edge tier
 // (tierName: "prefix_cache e4 redis" is prefix_cache through 4 edges
 // syncing over Redis), so that the files of bench/edges/run.sh compare
@@ -49,6 +57,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prefixcache/caddy-prefixcache/bench/driver"
@@ -62,13 +71,14 @@ func main() {
 	rename := flag.String("rename", "", "comma-separated old=new policy names to show runs under, e.g. 'prefix_cache=pc_256k,pc_128k=prefix_cache' (applied before -policies and -lead)")
 	svgPath := flag.String("svg", "", "also write the summaries as an SVG chart to this file")
 	pickBase := flag.String("pick", "", "pick a tuning sweep's setting: the default setting's policy, beside variants named POLICY-KNOB-VALUE (see -knob, -default, -range)")
-	pickKnob := flag.String("knob", "", "with -pick: the knob swept")
-	pickDefault := flag.String("default", "0", "with -pick: the knob's value in the default setting (a name, not a number, for a categorical knob such as choice)")
+	pickKnob := flag.String("knob", "", "with -pick or -frontier: the knob swept")
+	pickDefault := flag.String("default", "0", "with -pick or -frontier: the knob's value in the default setting (a name, not a number, for a categorical knob such as choice)")
 	pickRange := flag.String("range", "-1e18,1e18", "with -pick: the knob's bounds lo,hi, which an extended range stays within (a categorical knob's is never extended)")
+	frontierBase := flag.String("frontier", "", "the frontier of this policy's knob (see -knob, -default) beside every other policy's settings, instead of the tables; -svg draws it")
 	tiers := flag.Bool("tiers", false, "show each run under its policy and edge tier, e.g. 'prefix_cache e4 redis' (applied before -rename)")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...\n       peertable -pick policy -knob knob -default value [-range lo,hi] result.json...")
+		fmt.Fprintln(os.Stderr, "usage: peertable [-lead policy] [-reference policy] [-min-runs n] [-policies a,b] [-rename old=new] [-tiers] [-svg chart.svg] result.json...\n       peertable -pick policy -knob knob -default value [-range lo,hi] result.json...\n       peertable -frontier policy -knob knob -default value [-min-runs n] [-svg chart.svg] result.json...")
 		os.Exit(2)
 	}
 	var all []*driver.Result
@@ -107,6 +117,13 @@ func main() {
 		writePick(os.Stdout, *pickKnob, p)
 		return
 	}
+	if *frontierBase != "" {
+		if err := frontierMain(all, *frontierBase, *pickKnob, *pickDefault, max(MinPairs, *minRuns), *svgPath); err != nil {
+			fmt.Fprintln(os.Stderr, "peertable:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var order []string
 	if *only != "" {
 		order = strings.Split(*only, ",")
@@ -122,6 +139,35 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// frontierMain prints the frontier of base's knob, and draws it to
+// svgPath if set.
+func frontierMain(all []*driver.Result, base, knob, def string, need int, svgPath string) error {
+	if knob == "" {
+		return fmt.Errorf("-frontier needs -knob")
+	}
+	d, err := strconv.ParseFloat(def, 64)
+	if err != nil {
+		return fmt.Errorf("-frontier: the knob's default %q is not a number", def)
+	}
+	fs, err := frontiers(summaries(group(all, nil)), base, knob, d, need)
+	if err != nil {
+		return err
+	}
+	writeFrontiers(os.Stdout, fs, base, knob, need)
+	if svgPath == "" {
+		return nil
+	}
+	f, err := os.Create(svgPath)
+	if err != nil {
+		return err
+	}
+	if err := writeFrontierSVG(f, fs, base, knob); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", svgPath, err)
+	}
+	return f.Close()
 }
 
 func writeSVGFile(name string, sums []*summary, lead string) error {
