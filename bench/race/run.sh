@@ -15,8 +15,13 @@
 #    workload included), and prefix_cache at its default too:
 #    summary.md (paired verdicts, prefix_cache as shipped leading,
 #    peer_dynamo_tuned the reference) and summary.svg.
-# 3. OUTDIR/race.md: the commit, once, then the tuned settings, the
-#    scoring summary and the tuning tables.
+# 3. OUTDIR/frontier.md and frontier.svg: prefix_cache's trade-off knob
+#    (FRONTIER_KNOB in sets.sh), as the procedure swept it, beside every
+#    peer setting it swept, on the tuning set: peertable -frontier, the
+#    peer settings with both a higher hit rate and a lower TTFT p90 than
+#    one of prefix_cache's, paired seed by seed.
+# 4. OUTDIR/race.md: the commit, once, then the tuned settings, the
+#    scoring summary, the frontier and the tuning tables.
 #
 # Every prefixbench run records its timer lag (timer_lag_ms in the raw
 # JSON, the last column of the summaries): how late a goroutine woke
@@ -66,6 +71,19 @@ same_tree "$OUT/tuning"
 TUNED=$OUT/tuning/tuned.txt bash bench/scoring/run.sh "${smoke[@]}" "$OUT/scoring"
 same_tree "$OUT/scoring"
 
+# The frontier knob's default, as the procedure swept it.
+[[ ${#smoke[@]} == 0 ]] || SMOKE=1
+source bench/scoring/sets.sh
+def=
+for entry in "${PROCEDURE_KNOBS[@]}"; do
+	IFS='|' read -r r knob d _ <<<"$entry"
+	[[ $r/$knob != prefix_cache/$FRONTIER_KNOB ]] || def=$d
+done
+[[ -n $def ]] || { echo "race: prefix_cache's $FRONTIER_KNOB is not in PROCEDURE_KNOBS" >&2; exit 1; }
+# Each router's files in seed order (the glob's), as the pairing needs.
+"$OUT/tuning/.bin/peertable" -frontier prefix_cache -knob "$FRONTIER_KNOB" -default "$def" \
+	-svg "$OUT/frontier.svg" "$OUT"/tuning/*.json >"$OUT/frontier.md"
+
 {
 	echo "# The race at $(head -1 "$OUT/commit.txt")"
 	echo
@@ -88,6 +106,10 @@ same_tree "$OUT/scoring"
 	echo "## Scoring set"
 	echo
 	cat "$OUT/scoring/summary.md"
+	echo
+	echo "## Frontier on the tuning set"
+	echo
+	cat "$OUT/frontier.md"
 	echo
 	echo "## Tuning"
 	echo

@@ -134,11 +134,14 @@ MAX_EXTEND=4
 if [[ ${SMOKE:-0} == 1 ]]; then
 	PROCEDURE_KNOBS=(
 		"prefix_cache|choice|cost|rules|"
-		"prefix_cache|min_match_ratio|0.3|0.5|0,1"
+		"prefix_cache|cache_weight|2|8|0,64"
 		"peer_sglang|cache_threshold|0.3|0.5|0,1"
 	)
 	MAX_EXTEND=1
 fi
+# The frontier (bench/race/run.sh): prefix_cache's trade-off knob, as
+# the procedure sweeps it, beside every peer setting it sweeps.
+FRONTIER_KNOB=cache_weight
 # prefix_cache's default setting as Caddyfile.example configures it, the
 # fields a variant starts from.
 PC_FIELDS=('"policy":"prefix_cache"' '"load_factor":1.25' '"load_allowance":16' '"min_match":1024' '"prefill_rate":65536' '"fallback":{"policy":"least_conn"}')

@@ -178,3 +178,28 @@ func TestProcedureKnobs(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontierKnob: the race's frontier sweeps a numeric knob of
+// prefix_cache that the tuning procedure sweeps, in the full sets and
+// in the smoke run alike.
+func TestFrontierKnob(t *testing.T) {
+	for _, smoke := range []string{"0", "1"} {
+		lines := sets(t, smoke, `echo "$FRONTIER_KNOB"; printf '%s\n' "${PROCEDURE_KNOBS[@]}"`)
+		if len(lines) == 0 || lines[0] == "" {
+			t.Fatalf("SMOKE=%s: no FRONTIER_KNOB", smoke)
+		}
+		found := false
+		for _, l := range lines[1:] {
+			f := strings.Split(l, "|")
+			if len(f) == 5 && f[0] == "prefix_cache" && f[1] == lines[0] {
+				found = true
+				if f[4] == "" {
+					t.Errorf("SMOKE=%s: the frontier knob %q is categorical", smoke, l)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("SMOKE=%s: FRONTIER_KNOB %s is not among prefix_cache's PROCEDURE_KNOBS %q", smoke, lines[0], lines[1:])
+		}
+	}
+}
