@@ -31,11 +31,12 @@ type frontierPoint struct {
 	optimal bool    // on the cell's frontier
 }
 
-// ahead is a peer setting ahead of a lead setting on both means.
+// ahead is a peer setting ahead of a lead setting on both means: the
+// peer paired with the lead setting run by run, as the verdicts pair a
+// lead with another policy (c.hit and c.p90 are peer − lead).
 type ahead struct {
 	peer, lead string
-	hit, p90   diff    // peer − lead: a faster peer's p90 difference is negative
-	verdict    verdict // beats (leads), tie (ahead in the means only), tooFew or unpaired
+	c          comparison
 }
 
 // frontier is one cell's points and the peer settings ahead of the lead's.
@@ -84,7 +85,7 @@ func frontiers(sums []*summary, base, knob string, def float64, need int) ([]fro
 			}
 			for _, l := range f.points {
 				if l.lead && p.hit.mean > l.hit.mean && p.p90.mean < l.p90.mean {
-					f.ahead = append(f.ahead, compareAhead(p.row, l.row, need))
+					f.ahead = append(f.ahead, ahead{peer: p.policy, lead: l.policy, c: compareRows(p.row, l.row, need)})
 				}
 			}
 		}
@@ -103,37 +104,21 @@ func dominates(a, b row) bool {
 		(a.hit.mean > b.hit.mean || a.p90.mean < b.p90.mean)
 }
 
-// compareAhead pairs a peer setting ahead of a lead setting in the means
-// with it, run by run, and says whether it beats it.
-func compareAhead(peer, lead row, need int) ahead {
-	a := ahead{peer: peer.policy, lead: lead.policy, verdict: unpaired}
-	if peer.runs != lead.runs {
-		return a
-	}
-	a.hit = pairedDiff(peer.hits, lead.hits)
-	a.p90 = pairedDiff(peer.p90s, lead.p90s)
-	switch {
-	case peer.runs < need:
-		a.verdict = tooFew
-	case a.hit.lo > 0 && a.p90.hi < 0:
-		a.verdict = leads
-	default:
-		a.verdict = tie
-	}
-	return a
-}
+// beats reports whether the peer beats the lead setting: a higher hit
+// rate and a lower TTFT p90, both intervals excluding zero.
+func (a ahead) beats() bool { return a.c.hitVerdict == leads && a.c.p90Verdict == leads }
 
 // word is the verdict as the tables print it.
 func (a ahead) word() string {
-	switch a.verdict {
-	case leads:
+	switch {
+	case a.c.hitVerdict == unpaired:
+		return "unpaired"
+	case a.c.hitVerdict == tooFew:
+		return fmt.Sprintf("too few runs (%d)", a.c.hit.n)
+	case a.beats():
 		return "**beats**"
-	case tie:
-		return "ahead in the means only"
-	case tooFew:
-		return fmt.Sprintf("too few runs (%d)", a.hit.n)
 	}
-	return "unpaired"
+	return "ahead in the means only"
 }
 
 // writeFrontiers prints each cell's points and the peer settings ahead
@@ -162,7 +147,7 @@ func writeFrontiers(w io.Writer, fs []frontier, base, knob string, need int) {
 		fmt.Fprintf(w, "| peer setting | %s setting | hit rate Δ | TTFT p90 Δ (s) | |\n", base)
 		fmt.Fprintln(w, "|---|---|---:|---:|---|")
 		for _, a := range f.ahead {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", a.peer, a.lead, a.hit.format(3), a.p90.format(4), a.word())
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", a.peer, a.lead, a.c.hit.format(3), a.c.p90.format(4), a.word())
 		}
 		fmt.Fprintln(w)
 	}
@@ -178,7 +163,7 @@ func writeFrontiers(w io.Writer, fs []frontier, base, knob string, need int) {
 		}
 		for _, a := range f.ahead {
 			pair := a.peer + " > " + a.lead
-			if a.verdict == leads {
+			if a.beats() {
 				beaten = append(beaten, pair)
 			} else {
 				means = append(means, pair)

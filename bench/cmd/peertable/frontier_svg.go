@@ -5,17 +5,16 @@ import (
 	"html"
 	"io"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/prefixcache/caddy-prefixcache/bench/report"
 )
 
-// Scatter geometry, in SVG user units: one panel per cell, two a row.
+// Scatter geometry, in SVG user units: one panel per cell, two a row;
+// the plot area is as wide as a bar panel's.
 const (
-	scatterW    = 360 // plot area
-	scatterH    = 240
-	scatterL    = 56 // room for the hit-rate ticks
+	scatterH    = 240 // plot area
+	scatterL    = 56  // room for the hit-rate ticks
 	scatterR    = 24
 	scatterT    = 50 // the cell's title and the axis name
 	scatterB    = 40 // the TTFT ticks and name
@@ -27,10 +26,10 @@ const (
 // knob's value and labelled with it; the peers' settings grey, named where
 // they are on the frontier.
 func writeFrontierSVG(w io.Writer, fs []frontier, base, knob string) error {
-	panelW := scatterL + scatterW + scatterR
-	panelH := scatterT + scatterH + scatterB
+	cellW := scatterL + panelW + scatterR
+	cellH := scatterT + scatterH + scatterB
 	rows := (len(fs) + scatterCols - 1) / scatterCols
-	width, height := scatterCols*panelW, headerH+rows*panelH
+	width, height := scatterCols*cellW, headerH+rows*cellH
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		width, height, width, height)
@@ -38,31 +37,26 @@ func writeFrontierSVG(w io.Writer, fs []frontier, base, knob string) error {
 	fmt.Fprintf(&b, `<text x="%d" y="16" fill="#666">means over the repeats; %s's %s in colour, joined in order of value; grey: peer settings, named on the frontier</text>`+"\n",
 		scatterL, html.EscapeString(base), html.EscapeString(knob))
 	for i, f := range fs {
-		scatterPanel(&b, f, (i%scatterCols)*panelW, headerH+(i/scatterCols)*panelH)
+		scatterPanel(&b, f, (i%scatterCols)*cellW, headerH+(i/scatterCols)*cellH)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// scatter maps (TTFT p90, hit rate) onto one plot area.
+// scatter maps (TTFT p90, hit rate) onto one plot area: TTFT along a
+// bar panel's axis, hit rate up.
 type scatter struct {
-	x0, y0         int     // top left of the plot area
-	xmax           float64 // TTFT p90 axis, from 0
+	barPanel               // TTFT p90, from 0
 	ylo, yhi, ystp float64 // hit-rate axis
 }
 
-func (s scatter) px(p90 float64) float64 {
-	return float64(s.x0) + min(max(p90, 0), s.xmax)/s.xmax*scatterW
-}
-
 func (s scatter) py(hit float64) float64 {
-	return float64(s.y0) + (s.yhi-min(max(hit, s.ylo), s.yhi))/(s.yhi-s.ylo)*scatterH
+	return float64(s.y0) + (s.yhi-min(max(hit, s.ylo), s.yhi))/(s.yhi-s.ylo)*float64(s.h)
 }
 
-// newScatter fits the axes to f's points: TTFT from 0 to a nice maximum
-// (at most 4x the median point, so that one collapsed setting does not
-// flatten the rest; points beyond sit on the edge), hit rate over the
+// newScatter fits the axes to f's points: TTFT from 0 to
+// ttftAxisMax's end (points beyond sit on the edge), hit rate over the
 // points' range rounded out to nice steps.
 func newScatter(f frontier, x0, y0 int) scatter {
 	var p90s []float64
@@ -71,8 +65,7 @@ func newScatter(f frontier, x0, y0 int) scatter {
 		p90s = append(p90s, p.p90.mean)
 		lo, hi = min(lo, p.hit.mean), max(hi, p.hit.mean)
 	}
-	slices.Sort(p90s)
-	s := scatter{x0: x0, y0: y0, xmax: niceMax(min(p90s[len(p90s)-1], 4*p90s[len(p90s)/2]))}
+	s := scatter{barPanel: barPanel{x0: x0, y0: y0, h: scatterH, max: ttftAxisMax(p90s)}}
 	if hi-lo < 0.01 {
 		lo, hi = lo-0.005, hi+0.005
 	}
@@ -92,20 +85,12 @@ func scatterPanel(b *strings.Builder, f frontier, px0, py0 int) {
 	b.WriteString(`<g class="frontier">` + "\n")
 	fmt.Fprintf(b, `<text class="title" x="%d" y="%d" font-size="15" font-weight="bold">%s, %s</text>`+"\n",
 		s.x0, py0+20, html.EscapeString(f.s.workload), html.EscapeString(f.s.load))
-	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", s.x0, s.y0, scatterW, scatterH)
-	fmt.Fprintf(b, `<text x="%d" y="%d">token hit rate</text>`+"\n", s.x0, s.y0-8)
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">TTFT p90 (s)</text>`+"\n", s.x0+scatterW, s.y0+scatterH+34)
-	step := report.NiceStep(s.xmax / 5)
-	for k := 0; float64(k)*step <= s.xmax+step/1e6; k++ {
-		v := float64(k) * step
-		x := s.px(v)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x, s.y0, x, s.y0+scatterH)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, s.y0+scatterH+16, report.TrimFloat(v))
-	}
+	s.frame(b, "token hit rate") // the TTFT grid and ticks
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">TTFT p90 (s)</text>`+"\n", s.x0+panelW, s.y0+scatterH+34)
 	for k := 0; s.ylo+float64(k)*s.ystp <= s.yhi+s.ystp/1e6; k++ {
 		v := s.ylo + float64(k)*s.ystp
 		y := s.py(v)
-		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`, s.x0, y, s.x0+scatterW, y)
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`, s.x0, y, s.x0+panelW, y)
 		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", s.x0-6, y+4, report.TrimFloat(math.Round(v*1000)/1000))
 	}
 

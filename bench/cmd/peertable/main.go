@@ -134,7 +134,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *svgPath != "" {
-		if err := writeSVGFile(*svgPath, sums, *lead); err != nil {
+		if err := writeFile(*svgPath, func(w io.Writer) error { return writeSVG(w, sums, *lead) }); err != nil {
 			fmt.Fprintln(os.Stderr, "peertable:", err)
 			os.Exit(1)
 		}
@@ -159,23 +159,16 @@ func frontierMain(all []*driver.Result, base, knob, def string, need int, svgPat
 	if svgPath == "" {
 		return nil
 	}
-	f, err := os.Create(svgPath)
-	if err != nil {
-		return err
-	}
-	if err := writeFrontierSVG(f, fs, base, knob); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", svgPath, err)
-	}
-	return f.Close()
+	return writeFile(svgPath, func(w io.Writer) error { return writeFrontierSVG(w, fs, base, knob) })
 }
 
-func writeSVGFile(name string, sums []*summary, lead string) error {
+// writeFile writes a file with write.
+func writeFile(name string, write func(io.Writer) error) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return err
 	}
-	if err := writeSVG(f, sums, lead); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", name, err)
 	}

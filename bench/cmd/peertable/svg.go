@@ -75,20 +75,14 @@ func chartRow(b *strings.Builder, s *summary, lead string, labelW, y0 int) {
 		labelW, y0+20, html.EscapeString(s.title()))
 
 	top := y0 + titleH + marginT
-	// The TTFT axis ends at the slowest range top, or at 4x the median
-	// top when an outlier (a collapsed policy's minutes) would flatten
-	// every other bar; bars past the axis are cut there and labelled.
+	// The TTFT axis ends at the slowest range top; bars past it are cut
+	// there and labelled.
 	var tops []float64
 	for _, r := range s.rows {
 		tops = append(tops, r.p90.hi)
 	}
-	slices.Sort(tops)
-	tmax := 0.0
-	if len(tops) > 0 {
-		tmax = min(tops[len(tops)-1], 4*tops[len(tops)/2])
-	}
 	hit := barPanel{x0: labelW, y0: top, h: plotHeight(s), max: 1}
-	ttft := barPanel{x0: 2*labelW + panelW + marginR, y0: top, h: plotHeight(s), max: niceMax(tmax)}
+	ttft := barPanel{x0: 2*labelW + panelW + marginR, y0: top, h: plotHeight(s), max: ttftAxisMax(tops)}
 
 	fmt.Fprintf(b, `<g class="hit-rate">`+"\n")
 	hit.frame(b, "token hit rate")
@@ -161,6 +155,17 @@ func (p barPanel) bar(b *strings.Builder, k int, policy string, s stat, digits i
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`, x, mid-barH/4, x, mid+barH/4)
 	}
 	b.WriteString("</g>\n")
+}
+
+// ttftAxisMax is where a TTFT axis ends for the values vs (sorted in
+// place): a nice maximum over the largest, or over 4x the median when an
+// outlier (a collapsed policy's minutes) would flatten every other mark.
+func ttftAxisMax(vs []float64) float64 {
+	if len(vs) == 0 {
+		return niceMax(0)
+	}
+	slices.Sort(vs)
+	return niceMax(min(vs[len(vs)-1], 4*vs[len(vs)/2]))
 }
 
 // niceMax rounds v up to a multiple of a nice step, 1 when v is not
