@@ -57,11 +57,25 @@ func newBackends(t *testing.T, n int) []*backend {
 
 // (a) Every turn of a conversation lands on the backend that served its
 // first turn, and distinct conversations spread over the fleet.
+//
+// Each turn is sent once the previous one is settled (its bytes given
+// back, as the admin API shows), as a client's next turn follows the
+// answer. The policy settles a request after its handler returns, so a
+// turn sent the instant the answer arrives can still see the previous
+// one in flight at home, as prefill queued there; these turns are
+// shorter than min_match, so the cost would rightly move them.
 func TestConversationAffinity(t *testing.T) {
 	bs := newBackends(t, 4)
 	port := freePort(t)
-	startCaddy(t, proxySite(port, bs, "", ""))
+	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	inFlight := func() int64 {
+		var n int64
+		for _, b := range inFlightBytes(t, admin) {
+			n += b
+		}
+		return n
+	}
 
 	used := map[string]bool{}
 	for c := range 12 {
@@ -71,6 +85,7 @@ func TestConversationAffinity(t *testing.T) {
 		for turn := range 5 {
 			turns = append(turns, words(fmt.Sprintf("conv%d-user%d", c, turn), 60))
 			got, _ := post(t, http.DefaultClient, url, chat(system, turns...))
+			waitFor(t, inFlight, 0, fmt.Sprintf("conversation %d turn %d settled", c, turn))
 			if turn == 0 {
 				home = got
 			} else if got != home {
