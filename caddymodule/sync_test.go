@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ type fakeBus struct {
 	published [][]byte
 	subs      []*func([]byte)
 	next      chan struct{} // closed at the next publish (nextPublish)
+	// reconnects is what Status reports: a test adds one to stand for
+	// a connection lost and made again.
+	reconnects atomic.Uint64
 }
 
 var fakeBuses sync.Map // name -> *fakeBus
@@ -98,7 +102,7 @@ func (f *fakeTransport) Subscribe(fn func([]byte)) func() {
 }
 
 func (f *fakeTransport) Status() edgesync.Status {
-	return edgesync.Status{Transport: "fake", Connected: true}
+	return edgesync.Status{Transport: "fake", Connected: true, Reconnects: f.bus.reconnects.Load()}
 }
 
 // deliver hands msg to every subscriber, one after another.

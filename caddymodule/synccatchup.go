@@ -143,24 +143,31 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 	ss := s.sync
 	t := time.NewTicker(catchUpPoll)
 	defer t.Stop()
-	up := ss.transport.Status().Connected
-	ss.up.Store(up)
-	if up && s.state.index.Stats().Entries == 0 {
+	st := ss.transport.Status()
+	ss.up.Store(st.Connected)
+	if st.Connected && s.state.index.Stats().Entries == 0 {
 		s.requestCatchUp()
 	}
+	reconnects := st.Reconnects
 	var last time.Time // of the last answer to a request
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			if now := ss.transport.Status().Connected; !ss.up.Swap(now) && now {
-				// Back (or up at last): ask for what the others placed
-				// meanwhile, and tell them what this edge placed, which
-				// it could not publish, or which they missed, being
-				// down themselves when it did. The first of two edges
-				// to reconnect asks while the other cannot hear yet;
-				// the other's telling makes up for it.
+			// Back (or up at last): it was down when last looked at, or
+			// it reconnected since, however briefly it was down.
+			st := ss.transport.Status()
+			back := st.Connected && (!ss.up.Load() || st.Reconnects != reconnects)
+			ss.up.Store(st.Connected)
+			reconnects = st.Reconnects
+			if back {
+				// Ask for what the others placed meanwhile, and tell
+				// them what this edge placed, which it could not
+				// publish, or which they missed, being down themselves
+				// when it did. The first of two edges to reconnect asks
+				// while the other cannot hear yet; the other's telling
+				// makes up for it.
 				s.requestCatchUp()
 				s.answerCatchUp(stop)
 			}

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/prefixcache/caddy-prefixcache/edgesync"
 	"github.com/prefixcache/caddy-prefixcache/prefixindex"
@@ -79,4 +80,25 @@ func TestKeepPlacementAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("keeping a placement allocates %v times, want 0", n)
 	}
+}
+
+// An edge whose transport reconnected asks the others to catch it up,
+// however briefly it was down: down for less than catchUpPoll, its
+// watcher never sees it disconnected, but the transport's reconnect
+// count tells.
+func TestCatchUpAfterABriefReconnect(t *testing.T) {
+	s := syncing(t, "brief-reconnect", 1000, poolOf("10.7.2.1:8000"))
+	requested := func(want uint64, why string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.sync.catchUp.requested.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d catch-up requests, want %d", why, s.sync.catchUp.requested.Load(), want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
+		}
+	}
+	requested(1, "an edge connected with an empty index")
+	busNamed("brief-reconnect").reconnects.Add(1)
+	requested(2, "the transport reconnected between two looks")
 }
