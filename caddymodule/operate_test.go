@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/prefixcache/caddy-prefixcache/caddymodule"
 )
 
@@ -91,10 +93,9 @@ func reload(t *testing.T, admin, sites string) {
 	// The old config's server closes its idle connections; a POST on one
 	// of them would fail with EOF and, not being idempotent, not be retried.
 	http.DefaultClient.CloseIdleConnections()
-	// Until the old config has stopped, a new connection may still be
-	// accepted by its server and reset as it shuts down. Its policy
-	// instances are cleaned up after its servers stop: wait until the
-	// stats list only the new config's (numbers never used before).
+	// The old config's policy instances are cleaned up once its servers
+	// were told to stop: wait until the stats list only the new config's
+	// (numbers never used before).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		old := false
@@ -102,13 +103,56 @@ func reload(t *testing.T, admin, sites string) {
 			old = old || in.Instance <= last
 		}
 		if !old {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the old config's policy instances were still listed 10s after the reload")
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
 	}
+	// Caddy binds each config's listeners anew with SO_REUSEPORT, and
+	// stops the old servers on goroutines of their own: until the old
+	// socket is closed, the kernel may queue a new connection on it, to
+	// be reset when it closes. Wait until each address has one listener.
+	for _, addr := range listenAddrs(t, cfg) {
+		for caddy.ListenerUsage(addr.Network, addr.JoinHostPort(0)) > 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the old config still listened on %s 10s after the reload", addr)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
+		}
+	}
+}
+
+// listenAddrs returns the addresses a JSON config's HTTP servers listen on.
+func listenAddrs(t *testing.T, cfg []byte) []caddy.NetworkAddress {
+	t.Helper()
+	var c struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Listen []string `json:"listen"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	var out []caddy.NetworkAddress
+	for _, srv := range c.Apps.HTTP.Servers {
+		for _, l := range srv.Listen {
+			na, err := caddy.ParseNetworkAddress(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, na.Expand()...)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the config has no HTTP server that listens")
+	}
+	return out
 }
 
 // Metrics appear, move with traffic, and survive a reload; the index's

@@ -208,9 +208,23 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 					}, "scraping the published capacity")
 				}
 			}
-			// 40,000 tokens of new conversations: each engine's 16,384
-			// tokens are long evicted.
-			for i := range 60 {
+			// New conversations until the teacher's engine was sent 512
+			// chunks since (twice the age fleet takes a miss as an
+			// eviction at; 128 KiB, some 40,000 tokens): its 16,384
+			// tokens are long evicted. How the flood splits between the
+			// engines depends on their load as each request arrives.
+			sent := func() float64 {
+				c := capacityOf(t, admin, h)
+				if c == nil {
+					return 0
+				}
+				return c["sent"].(float64)
+			}
+			since := sent()
+			for i := 0; sent()-since < 512; i++ {
+				if i == 400 {
+					t.Fatalf("%s was sent %v chunks in 400 new conversations, want 512", h, sent()-since)
+				}
 				ask(chat(words(fmt.Sprint("flood-", i), 300), "hello"))
 			}
 			if reason, up := ask(chat(teacher, "first", "answer", "second")); reason != "match" || up != h {
