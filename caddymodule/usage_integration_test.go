@@ -209,10 +209,10 @@ func TestAnswersCorrectAnEngineCapacity(t *testing.T) {
 				}
 			}
 			// New conversations until the teacher's engine was sent 512
-			// chunks since (twice the age fleet takes a miss as an
-			// eviction at; 128 KiB, some 40,000 tokens): its 16,384
-			// tokens are long evicted. How the flood splits between the
-			// engines depends on their load as each request arrives.
+			// chunks since (128 KiB of text, twice the age at which fleet
+			// takes a miss as an eviction): its 16,384 tokens are long
+			// evicted. How the flood splits between the engines depends
+			// on their load as each request arrives.
 			sent := func() float64 {
 				c := capacityOf(t, admin, h)
 				if c == nil {
