@@ -158,8 +158,8 @@ func (s *PrefixCacheSelection) watchCatchUp(stop <-chan struct{}) {
 			// Back (or up at last): it was down when last looked at, or
 			// it reconnected since, however briefly it was down.
 			st := ss.transport.Status()
-			back := st.Connected && (!ss.up.Load() || st.Reconnects != reconnects)
-			ss.up.Store(st.Connected)
+			wasUp := ss.up.Swap(st.Connected)
+			back := st.Connected && (!wasUp || st.Reconnects != reconnects)
 			reconnects = st.Reconnects
 			if back {
 				// Ask for what the others placed meanwhile, and tell
