@@ -99,11 +99,13 @@ type LLMDSelection struct {
 	// figure. Default: `31250`.
 	LRUCapacityPerServer int `json:"lru_capacity_per_server,omitempty"`
 
-	// Weights of the prefix, queue and KV-utilisation scorers. Default:
+	// Weights of the prefix, queue and KV-utilisation scorers, each
+	// defaulted on its own (a profile that sets one keeps the others);
+	// 0 drops that scorer, and at least one must be positive. Default:
 	// `3`, `2`, `2`.
-	PrefixWeight  float64 `json:"prefix_weight,omitempty"`
-	QueueWeight   float64 `json:"queue_weight,omitempty"`
-	KVCacheWeight float64 `json:"kv_cache_weight,omitempty"`
+	PrefixWeight  *float64 `json:"prefix_weight,omitempty"`
+	QueueWeight   *float64 `json:"queue_weight,omitempty"`
+	KVCacheWeight *float64 `json:"kv_cache_weight,omitempty"`
 
 	// How often every engine's /metrics is scraped. Default: `50ms`.
 	RefreshInterval caddy.Duration `json:"refresh_interval,omitempty"`
@@ -143,8 +145,10 @@ func (s *LLMDSelection) Provision(ctx caddy.Context) error {
 	if s.LRUCapacityPerServer == 0 {
 		s.LRUCapacityPerServer = LLMDLRUCapacityPerServer
 	}
-	if s.PrefixWeight == 0 && s.QueueWeight == 0 && s.KVCacheWeight == 0 {
-		s.PrefixWeight, s.QueueWeight, s.KVCacheWeight = LLMDPrefixWeight, LLMDQueueWeight, LLMDKVCacheWeight
+	s.weights = llmdWeights{
+		prefix: floatOr(s.PrefixWeight, LLMDPrefixWeight),
+		queue:  floatOr(s.QueueWeight, LLMDQueueWeight),
+		kv:     floatOr(s.KVCacheWeight, LLMDKVCacheWeight),
 	}
 	if s.RefreshInterval == 0 {
 		s.RefreshInterval = caddy.Duration(LLMDRefreshInterval)
@@ -155,7 +159,6 @@ func (s *LLMDSelection) Provision(ctx caddy.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.weights = llmdWeights{s.PrefixWeight, s.QueueWeight, s.KVCacheWeight}
 	s.index = newBlockIndexer(s.LRUCapacityPerServer)
 	s.intn = defaultIntn
 	s.scraper = newScraper(max(10*time.Millisecond, scaled(s.RefreshInterval, s.TimeScale)))
@@ -173,8 +176,10 @@ func (s *LLMDSelection) Validate() error {
 		return fmt.Errorf("max_prefix_blocks must be positive, got %d", s.MaxPrefixBlocks)
 	case s.LRUCapacityPerServer < 1:
 		return fmt.Errorf("lru_capacity_per_server must be positive, got %d", s.LRUCapacityPerServer)
-	case s.PrefixWeight < 0 || s.QueueWeight < 0 || s.KVCacheWeight < 0:
-		return fmt.Errorf("weights must not be negative, got %v, %v, %v", s.PrefixWeight, s.QueueWeight, s.KVCacheWeight)
+	case s.weights.prefix < 0 || s.weights.queue < 0 || s.weights.kv < 0:
+		return fmt.Errorf("weights must not be negative, got prefix %v, queue %v, kv_cache %v", s.weights.prefix, s.weights.queue, s.weights.kv)
+	case s.weights == llmdWeights{}:
+		return fmt.Errorf("at least one of prefix_weight, queue_weight and kv_cache_weight must be positive")
 	case s.RefreshInterval <= 0:
 		return fmt.Errorf("refresh_interval must be positive, got %v", time.Duration(s.RefreshInterval))
 	case s.TimeScale <= 0:

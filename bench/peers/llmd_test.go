@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -51,5 +52,23 @@ func TestLLMDAutoTune(t *testing.T) {
 				t.Errorf("LRU capacity %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLLMDWeightsRefused: a negative weight, or every scorer dropped,
+// is an error (TestProcedureVariantsChangeOneKnob checks that each
+// weight set alone keeps the others at their defaults).
+func TestLLMDWeightsRefused(t *testing.T) {
+	for config, want := range map[string]string{
+		`{"prefix_weight":0,"queue_weight":0,"kv_cache_weight":0}`: "at least one",
+		`{"queue_weight":-1}`: "must not be negative",
+	} {
+		s := new(LLMDSelection)
+		if err := json.Unmarshal([]byte(config), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Provision(newTestContext(t)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Provision = %v, want an error containing %q", config, err, want)
+		}
 	}
 }

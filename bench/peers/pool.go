@@ -75,6 +75,16 @@ func (in *interner) id(name string) int {
 // defaultIntn is the random source of Select's tie-breaks.
 func defaultIntn(n int) int { return rand.IntN(n) }
 
+// floatOr is *v, or def when the config leaves v unset: a knob whose 0
+// is a setting of its own (a weight that drops a scorer, a threshold
+// that always takes the cache) cannot use 0 for its default.
+func floatOr(v *float64, def float64) float64 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
 // scaled returns d x timeScale.
 func scaled(d caddy.Duration, timeScale float64) time.Duration {
 	return max(time.Millisecond, time.Duration(float64(d)*timeScale))

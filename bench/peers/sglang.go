@@ -68,9 +68,9 @@ const (
 // one tree per module rather than per model (the benchmark serves one
 // model).
 type SGLangSelection struct {
-	// Share of the request's text a worker must hold to be chosen for it.
-	// Default: `0.3`.
-	CacheThreshold float64 `json:"cache_threshold,omitempty"`
+	// Share of the request's text a worker must hold to be chosen for it;
+	// 0 always takes the deepest match. Default: `0.3`.
+	CacheThreshold *float64 `json:"cache_threshold,omitempty"`
 
 	// In-flight difference above which (with the relative threshold) load
 	// is imbalanced. Default: `64`.
@@ -110,9 +110,6 @@ func (*SGLangSelection) CaddyModule() caddy.ModuleInfo {
 // Provision sets defaults, builds the tree and starts the eviction sweep,
 // which stops with ctx.
 func (s *SGLangSelection) Provision(ctx caddy.Context) error {
-	if s.CacheThreshold == 0 {
-		s.CacheThreshold = SGLangCacheThreshold
-	}
 	if s.BalanceAbsThreshold == 0 {
 		s.BalanceAbsThreshold = SGLangBalanceAbsThreshold
 	}
@@ -131,7 +128,7 @@ func (s *SGLangSelection) Provision(ctx caddy.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.policy = sglangPolicy{s.CacheThreshold, s.BalanceAbsThreshold, s.BalanceRelThreshold}
+	s.policy = sglangPolicy{floatOr(s.CacheThreshold, SGLangCacheThreshold), s.BalanceAbsThreshold, s.BalanceRelThreshold}
 	s.tree = newRadixTree()
 	s.processed = map[int]int{}
 	s.intn = defaultIntn
@@ -142,8 +139,8 @@ func (s *SGLangSelection) Provision(ctx caddy.Context) error {
 // Validate checks the configuration.
 func (s *SGLangSelection) Validate() error {
 	switch {
-	case s.CacheThreshold < 0 || s.CacheThreshold > 1:
-		return fmt.Errorf("cache_threshold must be in [0, 1], got %v", s.CacheThreshold)
+	case s.CacheThreshold != nil && (*s.CacheThreshold < 0 || *s.CacheThreshold > 1):
+		return fmt.Errorf("cache_threshold must be in [0, 1], got %v", *s.CacheThreshold)
 	case s.BalanceAbsThreshold < 0:
 		return fmt.Errorf("balance_abs_threshold must not be negative, got %d", s.BalanceAbsThreshold)
 	case s.BalanceRelThreshold < 1:
