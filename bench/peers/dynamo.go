@@ -190,15 +190,9 @@ func (s *dynamoCore) provision(ctx caddy.Context) error {
 		return err
 	}
 	s.weights = dynamoWeights{
-		overlapCredit:      DynamoOverlapScoreCredit,
-		prefillLoadScale:   DynamoPrefillLoadScale,
+		overlapCredit:      floatOr(s.OverlapScoreCredit, DynamoOverlapScoreCredit),
+		prefillLoadScale:   floatOr(s.PrefillLoadScale, DynamoPrefillLoadScale),
 		activeRequestBlock: s.DecodeActiveRequestWeight,
-	}
-	if s.OverlapScoreCredit != nil {
-		s.weights.overlapCredit = *s.OverlapScoreCredit
-	}
-	if s.PrefillLoadScale != nil {
-		s.weights.prefillLoadScale = *s.PrefillLoadScale
 	}
 	if w := s.OverlapScoreWeight; w != nil { // apply_deprecated_overlap_score_weight_override
 		s.weights.prefillLoadScale = *w

@@ -10,37 +10,34 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// knobbed is a peer as the tuning procedure configures it: its knobs'
-// values once provisioned, by the knob names of bench/scoring/sets.sh.
-type knobbed interface {
-	Provision(caddy.Context) error
-}
-
+// procedurePeers makes each peer of the tuning procedure and reads its
+// knobs' values once provisioned, by the knob names of
+// bench/scoring/sets.sh.
 var procedurePeers = map[string]struct {
-	new   func() knobbed
-	knobs func(knobbed) map[string]float64
+	new   func() caddy.Provisioner
+	knobs func(caddy.Provisioner) map[string]float64
 }{
-	"peer_sglang": {func() knobbed { return new(SGLangSelection) }, func(m knobbed) map[string]float64 {
+	"peer_sglang": {func() caddy.Provisioner { return new(SGLangSelection) }, func(m caddy.Provisioner) map[string]float64 {
 		p := m.(*SGLangSelection).policy
 		return map[string]float64{"cache_threshold": p.cacheThreshold, "balance_abs_threshold": float64(p.absThreshold), "balance_rel_threshold": p.relThreshold}
 	}},
-	"peer_llmd": {func() knobbed { return new(LLMDSelection) }, func(m knobbed) map[string]float64 {
+	"peer_llmd": {func() caddy.Provisioner { return new(LLMDSelection) }, func(m caddy.Provisioner) map[string]float64 {
 		w := m.(*LLMDSelection).weights
 		return map[string]float64{"prefix_weight": w.prefix, "queue_weight": w.queue, "kv_cache_weight": w.kv}
 	}},
-	"peer_kubeai": {func() knobbed { return new(KubeAISelection) }, func(m knobbed) map[string]float64 {
+	"peer_kubeai": {func() caddy.Provisioner { return new(KubeAISelection) }, func(m caddy.Provisioner) map[string]float64 {
 		s := m.(*KubeAISelection)
 		return map[string]float64{"mean_load_factor": s.MeanLoadFactor, "prefix_char_length": float64(s.PrefixCharLength)}
 	}},
-	"peer_vllmstack": {func() knobbed { return new(VLLMStackSelection) }, func(m knobbed) map[string]float64 {
+	"peer_vllmstack": {func() caddy.Provisioner { return new(VLLMStackSelection) }, func(m caddy.Provisioner) map[string]float64 {
 		s := m.(*VLLMStackSelection)
 		return map[string]float64{"chunk_size": float64(s.ChunkSize), "match_threshold": float64(s.MatchThreshold)}
 	}},
-	"peer_dynamo": {func() knobbed { return new(DynamoSelection) }, func(m knobbed) map[string]float64 {
+	"peer_dynamo": {func() caddy.Provisioner { return new(DynamoSelection) }, func(m caddy.Provisioner) map[string]float64 {
 		w := m.(*DynamoSelection).weights
 		return map[string]float64{"prefill_load_scale": w.prefillLoadScale, "overlap_score_credit": w.overlapCredit}
 	}},
-	"peer_dynamo_approx": {func() knobbed { return new(DynamoApproxSelection) }, func(m knobbed) map[string]float64 {
+	"peer_dynamo_approx": {func() caddy.Provisioner { return new(DynamoApproxSelection) }, func(m caddy.Provisioner) map[string]float64 {
 		w := m.(*DynamoApproxSelection).weights
 		return map[string]float64{"prefill_load_scale": w.prefillLoadScale, "overlap_score_credit": w.overlapCredit}
 	}},
