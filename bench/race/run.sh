@@ -3,8 +3,9 @@
 # that README.md, BENCHMARKS.md and docs/ cite, regenerated at the
 # current commit from raw files this script writes.
 #
-#	bench/race/run.sh OUTDIR          # the whole race: many hours, on a quiet machine
-#	bench/race/run.sh -smoke OUTDIR   # the whole pipeline on tiny sets, ~2 minutes
+#	bench/race/run.sh bench/results/race   # the whole race: many hours, on a quiet machine
+#	bench/race/run.sh OUTDIR               # the same, anywhere
+#	bench/race/run.sh -smoke OUTDIR        # the whole pipeline on tiny sets, ~2 minutes
 #
 # 1. OUTDIR/tuning: bench/scoring/tune.sh -procedure, the one tuning
 #    procedure for every router on the tuning set (docs/peers.md,
@@ -26,9 +27,12 @@
 # Every prefixbench run records its timer lag (timer_lag_ms in the raw
 # JSON, the last column of the summaries): how late a goroutine woke
 # from a 10 ms sleep, the measure of a machine too busy for the figures.
-# It runs niced. Run again on the same OUTDIR from the same clean
-# commit, it resumes: cells whose raw JSON exists are kept; from another
-# commit, or a dirty tree, it refuses.
+# It runs niced. Run again on the same OUTDIR from a clean tree with the
+# same code, it resumes: cells whose raw JSON exists are kept; from other
+# code, or a dirty tree, it refuses. The code is the commit's outside
+# bench/results (bench/scoring/sets.sh, same_code), so a race run in
+# bench/results/race whose finished cells were committed when a sitting
+# ended resumes from that later commit, on a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 smoke=()
@@ -41,18 +45,15 @@ OUT=$1
 mkdir -p "$OUT"
 
 # One commit for every file: recorded once, checked on a resume (tune.sh
-# and run.sh check their own directories the same way).
-tree=$({
-	git rev-parse HEAD
-	git status --porcelain --untracked-files=no | sed 's/^/dirty: /'
-})
+# and run.sh check their own directories the same way). A resume may
+# come from a later commit that only adds result files: the cells
+# committed from a sitting cut short.
+[[ ${#smoke[@]} == 0 ]] || SMOKE=1
+source bench/scoring/sets.sh
 if [[ -f $OUT/commit.txt ]]; then
-	if [[ $tree != "$(cat "$OUT/commit.txt")" ]] || grep -q '^dirty: ' <<<"$tree"; then
-		echo "$OUT was started from another tree ($(head -1 "$OUT/commit.txt")); resume it from that commit, clean, or use a new directory" >&2
-		exit 1
-	fi
+	same_code "$OUT" || exit 1
 else
-	printf '%s\n' "$tree" >"$OUT/commit.txt"
+	code_tree >"$OUT/commit.txt"
 fi
 
 renice -n 10 $$ >/dev/null 2>&1 || true # the children inherit it
@@ -72,8 +73,6 @@ TUNED=$OUT/tuning/tuned.txt bash bench/scoring/run.sh "${smoke[@]}" "$OUT/scorin
 same_tree "$OUT/scoring"
 
 # The frontier knob's default, as the procedure swept it.
-[[ ${#smoke[@]} == 0 ]] || SMOKE=1
-source bench/scoring/sets.sh
 def=
 for entry in "${PROCEDURE_KNOBS[@]}"; do
 	IFS='|' read -r r knob d _ <<<"$entry"
@@ -89,6 +88,9 @@ done
 	echo
 	if grep -q '^dirty: ' "$OUT/commit.txt"; then
 		echo "From a tree with uncommitted changes: these figures name no commit."
+		echo
+	elif [[ $(git rev-parse HEAD) != "$(head -1 "$OUT/commit.txt")" ]]; then
+		echo "The commits after it, up to the one that holds this file, change nothing outside bench/results: they hold the race's cells as it ran."
 		echo
 	fi
 	if [[ ${#smoke[@]} -gt 0 ]]; then

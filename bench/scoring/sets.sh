@@ -174,25 +174,48 @@ knob_json() {
 	fi
 }
 
+# A run's tree is its code: the commit it started from, and a "dirty:"
+# line per uncommitted change outside bench/results, which holds only
+# the files runs write. A run too long for one sitting commits the cells
+# it has so far under bench/results and resumes, on another machine,
+# from the commit that holds them: code_tree names the tree,
+# same_code checks a resume against it.
+RESULTS_DIR=bench/results
+code_tree() {
+	git rev-parse HEAD
+	git status --porcelain --untracked-files=no -- . ":(exclude)$RESULTS_DIR" | sed 's/^/dirty: /'
+}
+
+# same_code DIR succeeds when the working tree may resume DIR's run: no
+# uncommitted change outside bench/results, and the code at HEAD the
+# code of the commit DIR/commit.txt names, so that every file of the
+# run comes from one build. A run started from a dirty tree never
+# resumes.
+same_code() {
+	local start
+	start=$(head -1 "$1/commit.txt")
+	if grep -q '^dirty: ' "$1/commit.txt" || code_tree | grep -q '^dirty: '; then
+		echo "$1 was started from $start; resume it from a clean tree with that commit's code, or use a new directory" >&2
+		return 1
+	fi
+	if ! git cat-file -e "$start^{commit}" 2>/dev/null ||
+		! git diff --quiet "$start" HEAD -- . ":(exclude)$RESULTS_DIR"; then
+		echo "$1 was started from $start, whose code differs from HEAD's outside $RESULTS_DIR; resume it from that commit, or use a new directory" >&2
+		return 1
+	fi
+}
+
 # build puts prefixbench and peertable, built from the working tree, in
-# $1/.bin, and records the commit they were built from. A directory that
-# already has commit.txt is a run being resumed: it must be resumed from
-# the same clean tree, so that every file in it comes from one build.
+# $1/.bin, and records the tree they were built from (code_tree) in
+# $1/commit.txt. A directory that already has commit.txt is a run being
+# resumed: same_code must accept it.
 build() {
 	mkdir -p "$1/.bin"
-	local tree
-	tree=$({
-		git rev-parse HEAD
-		git status --porcelain --untracked-files=no | sed 's/^/dirty: /'
-	})
 	if [[ -f $1/commit.txt ]]; then
-		if [[ $tree != "$(cat "$1/commit.txt")" ]] || grep -q '^dirty: ' <<<"$tree"; then
-			echo "$1 was started from another tree ($(head -1 "$1/commit.txt")); resume it from that commit, clean, or use a new directory" >&2
-			exit 1
-		fi
+		same_code "$1" || exit 1
 		echo "resuming $1: cells that have their JSON are kept" >&2
 	else
-		printf '%s\n' "$tree" >"$1/commit.txt"
+		code_tree >"$1/commit.txt"
 	fi
 	go build -o "$1/.bin/prefixbench" ./bench/cmd/prefixbench
 	go build -o "$1/.bin/peertable" ./bench/cmd/peertable

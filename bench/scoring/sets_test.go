@@ -2,8 +2,10 @@ package scoring
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,5 +203,64 @@ func TestFrontierKnob(t *testing.T) {
 		if !found {
 			t.Errorf("SMOKE=%s: FRONTIER_KNOB %s is not among prefix_cache's PROCEDURE_KNOBS %q", smoke, lines[0], lines[1:])
 		}
+	}
+}
+
+// TestSameCode: a run resumes from a later commit only when that commit
+// changed nothing outside bench/results, and never from a dirty tree.
+func TestSameCode(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not found")
+	}
+	sets, err := filepath.Abs("sets.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := t.TempDir()
+	sh := func(script string) error {
+		cmd := exec.Command(bash, "-c", "set -euo pipefail; source "+sets+"; "+script)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	must := func(script string) {
+		t.Helper()
+		if err := sh(script); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(`git init -q . && mkdir -p bench/results/race && echo a >code.go && echo 1 >bench/results/race/cell.json &&
+		git add . && git commit -qm start && code_tree >bench/results/race/commit.txt`)
+	steps := []struct {
+		script string
+		resume bool
+	}{
+		{"true", true},
+		{"echo 2 >bench/results/race/cell.json", true}, // a cell rewritten, uncommitted
+		{"git commit -qam cells", true},                // the cells committed
+		{"echo b >code.go", false},                     // code changed, uncommitted
+		{"git commit -qam code", false},                // code changed, committed
+		{"git revert --no-edit HEAD >/dev/null", true}, // the code back as it was
+		{"echo c >new.go && git add new.go && git commit -qm new", false},
+	}
+	for _, s := range steps {
+		must(s.script)
+		err := sh("same_code bench/results/race")
+		if (err == nil) != s.resume {
+			t.Errorf("after %q: same_code = %v, want resume %v", s.script, err, s.resume)
+		}
+	}
+	// A run started from a dirty tree never resumes.
+	must(`git rm -q new.go && git commit -qm rm && echo d >code.go && code_tree >bench/results/race/commit.txt && git checkout -q code.go`)
+	if err := sh("same_code bench/results/race"); err == nil {
+		t.Error("a run started from a dirty tree resumes")
 	}
 }
