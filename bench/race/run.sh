@@ -55,13 +55,16 @@ if [[ -f $OUT/commit.txt ]]; then
 else
 	code_tree >"$OUT/commit.txt"
 fi
-# Its directories name its start commit too, whichever later commit
-# begins them (scoring may begin sittings after tuning): tune.sh and
-# run.sh take them as runs to resume, and same_code holds each to the
-# race's code.
-for d in tuning scoring; do
-	[[ -f $OUT/$d/commit.txt ]] || { mkdir -p "$OUT/$d" && cp "$OUT/commit.txt" "$OUT/$d/"; }
-done
+# From a clean tree, its directories name its start commit too,
+# whichever later commit begins them (scoring may begin sittings after
+# tuning): tune.sh and run.sh take them as runs to resume, and same_code
+# holds each to the race's code. A race from a dirty tree never resumes,
+# and its directories record their own tree.
+if ! grep -q '^dirty: ' "$OUT/commit.txt"; then
+	for d in tuning scoring; do
+		[[ -f $OUT/$d/commit.txt ]] || { mkdir -p "$OUT/$d" && cp "$OUT/commit.txt" "$OUT/$d/"; }
+	done
+fi
 
 renice -n 10 $$ >/dev/null 2>&1 || true # the children inherit it
 
