@@ -59,7 +59,7 @@ func TestPooledBodiesUnderLoad(t *testing.T) {
 		}
 	}))
 	defer early.Close()
-	dead := freePort(t)
+	dead := refusedPort(t)
 	port := freePort(t)
 	startCaddy(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	reverse_proxy 127.0.0.1:%d %s %s {

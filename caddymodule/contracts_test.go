@@ -130,6 +130,10 @@ func TestInvalidValuesRefusedAtLoad(t *testing.T) {
 		}
 		msg, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		// A load restarts the admin server, failed or not: a POST on the
+		// old one's idle connection would fail with EOF and, not being
+		// idempotent, not be retried.
+		http.DefaultClient.CloseIdleConnections()
 		if resp.StatusCode == http.StatusOK {
 			t.Errorf("POST /load with %s: 200, want an error", bad)
 		}
@@ -366,7 +370,7 @@ func TestExpectContinueAnsweredBeforeUpstream(t *testing.T) {
 // the upload's duration.
 func TestSlowUploadAndRetryBudget(t *testing.T) {
 	live := newBackend(t, "live")
-	dead := freePort(t)
+	dead := refusedPort(t)
 	const uploads = 6
 	const upload = 1500 * time.Millisecond
 	for _, tt := range []struct {

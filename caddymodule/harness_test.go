@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -97,6 +98,30 @@ func (b *backend) count() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.received)
+}
+
+// refusedPort returns a loopback port where a dial is refused for the
+// whole test: it holds a socket bound there that never listens. A port
+// from freePort is only free a moment; go test runs other packages' tests
+// beside this one, and one of their listeners may take it, so that a
+// "dead" upstream answers.
+func refusedPort(t *testing.T) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*syscall.SockaddrInet4).Port
+	handedOut.Store(port, true)
+	return port
 }
 
 func digest(b []byte) string {
@@ -245,4 +270,19 @@ func post(t *testing.T, client *http.Client, url string, body []byte) (string, [
 		t.Fatalf("POST %s: status %d: %s", url, resp.StatusCode, out)
 	}
 	return resp.Header.Get("X-Backend"), out
+}
+
+// A refusedPort refuses dials and cannot be taken by a listener while the
+// test runs.
+func TestRefusedPort(t *testing.T) {
+	port := refusedPort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("dial %s succeeded, want refused", addr)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("listen on %s succeeded, want the port held", addr)
+	}
 }

@@ -352,7 +352,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 // upstream whole, and the policy does not choose the failed upstream again.
 func TestRetryAfterDialErrorKeepsBody(t *testing.T) {
 	live := newBackend(t, "live")
-	deadPort := freePort(t) // nothing listens here: dialing it fails
+	deadPort := refusedPort(t)
 	port := freePort(t)
 	startCaddy(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	reverse_proxy 127.0.0.1:%d %s {

@@ -16,7 +16,7 @@ import (
 func TestSettleConfirmsOnlyTheChosenAttemptsAnswer(t *testing.T) {
 	auth := newBackend(t, "auth")
 	up := newBackend(t, "up")
-	dead, port, deadPort := freePort(t), freePort(t), freePort(t)
+	dead, port, deadPort := refusedPort(t), freePort(t), freePort(t)
 	admin := startCaddyAdmin(t, fmt.Sprintf(`http://127.0.0.1:%d {
 	forward_auth %s {
 		uri /auth
