@@ -175,21 +175,23 @@ knob_json() {
 }
 
 # A run's tree is its code: the commit it started from, and a "dirty:"
-# line per uncommitted change outside bench/results, which holds only
-# the files runs write. A run too long for one sitting commits the cells
+# line per uncommitted change to code, outside bench/results (which
+# holds only the files runs write) and test files. A run too long for one sitting commits the cells
 # it has so far under bench/results and resumes, on another machine,
 # from the commit that holds them: code_tree names the tree,
-# same_code checks a resume against it.
+# same_code checks a resume against it. Results and Go test files are
+# not code here: no run builds a _test.go file into what it measures.
 RESULTS_DIR=bench/results
+NOT_CODE=(":(exclude)$RESULTS_DIR" ":(exclude,glob)**/*_test.go")
 code_tree() {
 	git rev-parse HEAD
-	git status --porcelain --untracked-files=no -- . ":(exclude)$RESULTS_DIR" | sed 's/^/dirty: /'
+	git status --porcelain --untracked-files=no -- . "${NOT_CODE[@]}" | sed 's/^/dirty: /'
 }
 
 # same_code DIR succeeds when the working tree may resume DIR's run: no
-# uncommitted change outside bench/results, and the code at HEAD the
-# code of the commit DIR/commit.txt names, so that every file of the
-# run comes from one build. A run started from a dirty tree never
+# uncommitted change outside results and test files, and the code at
+# HEAD the code of the commit DIR/commit.txt names, so that every file
+# of the run comes from one build. A run started from a dirty tree never
 # resumes.
 same_code() {
 	local start
@@ -199,8 +201,8 @@ same_code() {
 		return 1
 	fi
 	if ! git cat-file -e "$start^{commit}" 2>/dev/null ||
-		! git diff --quiet "$start" HEAD -- . ":(exclude)$RESULTS_DIR"; then
-		echo "$1 was started from $start, whose code differs from HEAD's outside $RESULTS_DIR; resume it from that commit, or use a new directory" >&2
+		! git diff --quiet "$start" HEAD -- . "${NOT_CODE[@]}"; then
+		echo "$1 was started from $start, whose code differs from HEAD's outside $RESULTS_DIR and test files; resume it from that commit, or use a new directory" >&2
 		return 1
 	fi
 }

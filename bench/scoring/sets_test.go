@@ -250,6 +250,12 @@ func TestSameCode(t *testing.T) {
 		{"git commit -qam code", false},                // code changed, committed
 		{"git revert --no-edit HEAD >/dev/null", true}, // the code back as it was
 		{"echo c >new.go && git add new.go && git commit -qm new", false},
+		{"git rm -q new.go && git commit -qm rm", true},
+		// Test files are not built into what a run measures.
+		{"mkdir -p pkg && echo t >pkg/a_test.go && echo t >b_test.go && git add . && git commit -qm tests", true},
+		{"echo u >pkg/a_test.go", true},
+		{"echo e >pkg/a.go && git add pkg/a.go && git commit -qm pkg", false},
+		{"git rm -q pkg/a.go && git commit -qm rm", true},
 	}
 	for _, s := range steps {
 		must(s.script)
@@ -259,7 +265,7 @@ func TestSameCode(t *testing.T) {
 		}
 	}
 	// A run started from a dirty tree never resumes.
-	must(`git rm -q new.go && git commit -qm rm && echo d >code.go && code_tree >bench/results/race/commit.txt && git checkout -q code.go`)
+	must(`git checkout -q pkg/a_test.go && echo d >code.go && code_tree >bench/results/race/commit.txt && git checkout -q code.go`)
 	if err := sh("same_code bench/results/race"); err == nil {
 		t.Error("a run started from a dirty tree resumes")
 	}
