@@ -100,7 +100,7 @@ done
 		echo "From a tree with uncommitted changes: these figures name no commit."
 		echo
 	elif [[ $(git rev-parse HEAD) != "$(head -1 "$OUT/commit.txt")" ]]; then
-		echo "The commits after it, up to the one that holds this file, change nothing outside bench/results and Go test files: they hold the race's cells as it ran."
+		echo "The commits after it, up to the one that holds this file, change nothing that a run builds: they hold the race's cells as it ran, and at most Go test files."
 		echo
 	fi
 	if [[ ${#smoke[@]} -gt 0 ]]; then

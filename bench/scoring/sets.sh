@@ -175,12 +175,12 @@ knob_json() {
 }
 
 # A run's tree is its code: the commit it started from, and a "dirty:"
-# line per uncommitted change to code, outside bench/results (which
-# holds only the files runs write) and test files. A run too long for one sitting commits the cells
-# it has so far under bench/results and resumes, on another machine,
-# from the commit that holds them: code_tree names the tree,
-# same_code checks a resume against it. Results and Go test files are
-# not code here: no run builds a _test.go file into what it measures.
+# line per uncommitted change to its code. bench/results holds only the
+# files runs write, and no run builds a _test.go file into what it
+# measures: neither is code here. A run too long for one sitting commits
+# the cells it has so far under bench/results and resumes, on another
+# machine, from the commit that holds them: code_tree names the tree,
+# same_code checks a resume against it.
 RESULTS_DIR=bench/results
 NOT_CODE=(":(exclude)$RESULTS_DIR" ":(exclude,glob)**/*_test.go")
 code_tree() {
