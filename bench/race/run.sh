@@ -29,10 +29,11 @@
 # from a 10 ms sleep, the measure of a machine too busy for the figures.
 # It runs niced. Run again on the same OUTDIR from a clean tree with the
 # same code, it resumes: cells whose raw JSON exists are kept; from other
-# code, or a dirty tree, it refuses. The code is the commit's outside
-# bench/results (bench/scoring/sets.sh, same_code), so a race run in
-# bench/results/race whose finished cells were committed when a sitting
-# ended resumes from that later commit, on a fresh clone.
+# code, or a dirty tree, it refuses. The code is the commit's files
+# outside bench/results, test files aside (bench/scoring/sets.sh,
+# same_code), so a race run in bench/results/race whose finished cells
+# were committed when a sitting ended resumes from that later commit, on
+# a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 smoke=()
@@ -46,15 +47,11 @@ mkdir -p "$OUT"
 
 # One commit for every file: recorded once, checked on a resume (tune.sh
 # and run.sh check their own directories the same way). A resume may
-# come from a later commit that only adds result files: the cells
-# committed from a sitting cut short.
+# come from a later commit that only adds result files or changes test
+# files: the cells committed from a sitting cut short, a test fixed.
 [[ ${#smoke[@]} == 0 ]] || SMOKE=1
 source bench/scoring/sets.sh
-if [[ -f $OUT/commit.txt ]]; then
-	same_code "$OUT" || exit 1
-else
-	code_tree >"$OUT/commit.txt"
-fi
+start_or_resume "$OUT"
 # From a clean tree, its directories name its start commit too,
 # whichever later commit begins them (scoring may begin sittings after
 # tuning): tune.sh and run.sh take them as runs to resume, and same_code

@@ -207,18 +207,24 @@ same_code() {
 	fi
 }
 
-# build puts prefixbench and peertable, built from the working tree, in
-# $1/.bin, and records the tree they were built from (code_tree) in
-# $1/commit.txt. A directory that already has commit.txt is a run being
-# resumed: same_code must accept it.
-build() {
-	mkdir -p "$1/.bin"
+# start_or_resume DIR records the tree a run starts from (code_tree) in
+# DIR/commit.txt; a directory that already has commit.txt is a run being
+# resumed, and same_code must accept it.
+start_or_resume() {
+	mkdir -p "$1"
 	if [[ -f $1/commit.txt ]]; then
 		same_code "$1" || exit 1
 		echo "resuming $1: cells that have their JSON are kept" >&2
 	else
 		code_tree >"$1/commit.txt"
 	fi
+}
+
+# build starts or resumes the run in $1 and puts prefixbench and
+# peertable, built from the working tree, in $1/.bin.
+build() {
+	start_or_resume "$1"
+	mkdir -p "$1/.bin"
 	go build -o "$1/.bin/prefixbench" ./bench/cmd/prefixbench
 	go build -o "$1/.bin/peertable" ./bench/cmd/peertable
 }
