@@ -328,9 +328,17 @@ func runCaddyfile(t *testing.T, src []byte, env map[string]string) (admin string
 	return "http://" + adminAddr
 }
 
-// available reports, per upstream, whether the prefix_cache policy sees
-// it available (healthy by active and passive checks).
-func available(t *testing.T, admin string) map[string]bool {
+// upstream is what the prefix_cache policy's stats say of one upstream.
+type upstream struct {
+	Dial          string `json:"dial"`
+	Available     bool   `json:"available"` // healthy by active and passive checks
+	InFlight      int    `json:"in_flight"`
+	InFlightBytes int64  `json:"in_flight_bytes"`
+}
+
+// upstreams returns what the admin API's /prefix_cache/stats says of
+// every upstream of every prefix_cache instance.
+func upstreams(t *testing.T, admin string) []upstream {
 	t.Helper()
 	resp, err := http.Get(admin + "/prefix_cache/stats")
 	if err != nil {
@@ -339,22 +347,45 @@ func available(t *testing.T, admin string) map[string]bool {
 	defer resp.Body.Close()
 	var stats struct {
 		Instances []struct {
-			Upstreams []struct {
-				Dial      string `json:"dial"`
-				Available bool   `json:"available"`
-			} `json:"upstreams"`
+			Upstreams []upstream `json:"upstreams"`
 		} `json:"instances"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
 		t.Fatalf("decoding stats: %v", err)
 	}
-	out := map[string]bool{}
+	var out []upstream
 	for _, in := range stats.Instances {
-		for _, u := range in.Upstreams {
-			out[u.Dial] = u.Available
-		}
+		out = append(out, in.Upstreams...)
 	}
 	return out
+}
+
+// available reports, per upstream, whether the prefix_cache policy sees
+// it available (healthy by active and passive checks).
+func available(t *testing.T, admin string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, u := range upstreams(t, admin) {
+		out[u.Dial] = u.Available
+	}
+	return out
+}
+
+// settled waits until the edge has settled every request: none in
+// flight at any upstream, none of their routing text counted. A client
+// has its whole answer before Caddy's handler returns and the policy
+// settles the request, so a client's next request can find the last one
+// still counted, its prefill queued in front of it.
+func settled(t *testing.T, admin string) {
+	t.Helper()
+	poll(t, 30*time.Second, "every request settled", func() bool {
+		for _, u := range upstreams(t, admin) {
+			if u.InFlight != 0 || u.InFlightBytes != 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // words returns n deterministic words distinct per seed.
@@ -476,17 +507,20 @@ func runTurns(client *http.Client, url string, convs []*conversation, n int) []o
 
 // takeTurns has every conversation take n turns, one request at a time:
 // each conversation's turn k, one after another, then each one's turn
-// k+1. No request waits behind another, so the choice sees no queue, and
-// a conversation whose home is up stays there. The cost moves a turn off
-// a holder whose queue outweighs its cached prefix (caddymodule's
-// TestCostMovesAWarmConversationOffALongQueue); concurrent turns on these
-// instant engines would build such queues by chance, and these tests are
-// about failover, not that trade.
-func takeTurns(client *http.Client, url string, convs []*conversation, n int) []outcome {
+// k+1, each request sent once the edge behind admin has settled the one
+// before (settled). No request waits behind another, so the choice sees
+// no queue, and a conversation whose home is up stays there. The cost
+// moves a turn off a holder whose queue outweighs its cached prefix
+// (caddymodule's TestCostMovesAWarmConversationOffALongQueue);
+// concurrent turns on these instant engines would build such queues by
+// chance, and these tests are about failover, not that trade.
+func takeTurns(t *testing.T, client *http.Client, url, admin string, convs []*conversation, n int) []outcome {
+	t.Helper()
 	var out []outcome
 	for range n {
 		for _, c := range convs {
 			out = append(out, c.turn(client, url)...)
+			settled(t, admin)
 		}
 	}
 	return out
@@ -559,7 +593,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	// Two turns each: the first is placed, the second follows its prefix.
-	for _, o := range takeTurns(client, url, convs, 2) {
+	for _, o := range takeTurns(t, client, url, admin, convs, 2) {
 		if o.err != nil {
 			t.Fatalf("before the kill: %s request %s: %v", o.conv, o.reqID, o.err)
 		}
@@ -606,7 +640,7 @@ func TestFailover(t *testing.T) {
 	inFlight := victim.heldIDs()
 	victim.kill()
 	outcomes := <-done
-	outcomes = append(outcomes, takeTurns(client, url, convs, 5)...)
+	outcomes = append(outcomes, takeTurns(t, client, url, admin, convs, 5)...)
 
 	var failed []string
 	for _, o := range outcomes {
@@ -648,7 +682,7 @@ func TestFailover(t *testing.T) {
 
 	// The moved conversations stay on their new homes: the revived
 	// engine holds only shorter prefixes of them.
-	for _, o := range takeTurns(client, url, convs, 2) {
+	for _, o := range takeTurns(t, client, url, admin, convs, 2) {
 		if o.err != nil {
 			t.Errorf("after the revival: %s request %s: %v", o.conv, o.reqID, o.err)
 		}

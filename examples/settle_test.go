@@ -33,14 +33,14 @@ func failoverSettles(t *testing.T, answer int) {
 		engines = append(engines, e)
 		addrs = append(addrs, e.addr)
 	}
-	url, _, _ := runExample(t, readExample(t), addrs)
+	url, _, admin := runExample(t, readExample(t), addrs)
 	client := newClient()
 
 	var convs []*conversation
 	for i := range 16 {
 		convs = append(convs, newConversation(i))
 	}
-	for _, o := range takeTurns(client, url, convs, 2) {
+	for _, o := range takeTurns(t, client, url, admin, convs, 2) {
 		if o.err != nil {
 			t.Fatalf("before the kill: %s request %s: %v", o.conv, o.reqID, o.err)
 		}
@@ -71,6 +71,7 @@ func failoverSettles(t *testing.T, answer int) {
 					errs++
 				}
 			}
+			settled(t, admin)
 		}
 	}
 	moved, settled := 0, 0
