@@ -74,7 +74,7 @@ func failoverSettles(t *testing.T, answer int) {
 			settled(t, admin)
 		}
 	}
-	moved, settled := 0, 0
+	moved, stayed := 0, 0
 	for conv, es := range homes(engines, 3) {
 		if home[conv] != victim.name {
 			if h, ok := oneHome(es); !ok || h != home[conv] {
@@ -88,12 +88,12 @@ func failoverSettles(t *testing.T, answer int) {
 			continue
 		}
 		if _, ok := oneHome(es); ok {
-			settled++
+			stayed++
 		} else {
 			t.Errorf("%s, moved off %s, bounced between %v over its %d turns after the kill; want one new home", conv, victim.name, es, after)
 		}
 	}
-	t.Logf("killed %s, home of %d conversations (homes %v); %d of %d settled on one new home; %d client errors", victim.name, moved, count, settled, moved, errs)
+	t.Logf("killed %s, home of %d conversations (homes %v); %d of %d settled on one new home; %d client errors", victim.name, moved, count, stayed, moved, errs)
 	if slices.Contains([]int{0}, moved) {
 		t.Fatal("no conversation moved: the test killed an idle engine")
 	}
