@@ -35,7 +35,7 @@ func checkBusyWinner(t *testing.T, body []byte, onOptions, offOptions, wantOn st
 	holdStreams(bs, release)
 	hdr := "header_down X-PC-Reason {http.reverse_proxy.prefix_cache.reason}\n\t\t" +
 		"header_down X-PC-Preferred {http.reverse_proxy.prefix_cache.preferred}"
-	on, off := twoSites(t, bs, hdr, onOptions, offOptions)
+	on, off, _ := twoSites(t, bs, hdr, onOptions, offOptions)
 
 	held := openStream(t, on, body)
 	defer func() {

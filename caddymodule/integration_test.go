@@ -39,12 +39,27 @@ func proxySite(port int, upstreams []*backend, proxyOptions, policyOptions strin
 // twoSites starts Caddy with two sites over the same upstreams, which
 // share one index, with policy options a and b, and returns their chat
 // completions URLs.
-func twoSites(t *testing.T, upstreams []*backend, proxyOptions, a, b string) (urlA, urlB string) {
+func twoSites(t *testing.T, upstreams []*backend, proxyOptions, a, b string) (urlA, urlB, admin string) {
 	t.Helper()
 	portA, portB := freePort(t), freePort(t)
-	startCaddy(t, proxySite(portA, upstreams, proxyOptions, a)+proxySite(portB, upstreams, proxyOptions, b))
+	admin = startCaddyAdmin(t, proxySite(portA, upstreams, proxyOptions, a)+proxySite(portB, upstreams, proxyOptions, b))
 	url := func(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port) }
-	return url(portA), url(portB)
+	return url(portA), url(portB), admin
+}
+
+// settled waits until the policies of the Caddy behind admin have given
+// back every request's routing text. The policy settles a request after
+// its handler returns, so a request sent the instant the last answer
+// arrives can still find that one in flight, its prefill queued.
+func settled(t *testing.T, admin string) {
+	t.Helper()
+	waitFor(t, func() int64 {
+		var n int64
+		for _, b := range inFlightBytes(t, admin) {
+			n += b
+		}
+		return n
+	}, 0, "every request settled")
 }
 
 func newBackends(t *testing.T, n int) []*backend {

@@ -48,7 +48,7 @@ const reasonHeaders = "header_down X-PC-Reason {http.reverse_proxy.prefix_cache.
 func TestEmptyTenantFallsBack(t *testing.T) {
 	bs := newBackends(t, 2)
 	tenant := "tenant {http.request.header.Authorization}"
-	urlStrict, urlOpen := twoSites(t, bs, reasonHeaders, tenant, tenant+"\n\t\t\tallow_empty_tenant")
+	urlStrict, urlOpen, admin := twoSites(t, bs, reasonHeaders, tenant, tenant+"\n\t\t\tallow_empty_tenant")
 	body := chat(words("anon-system", 400), "hi")
 	for i := range 2 {
 		if _, got := postAs(t, urlStrict, "", body); got != "fallback/no_tenant" {
@@ -58,7 +58,12 @@ func TestEmptyTenantFallsBack(t *testing.T) {
 	if _, got := postAs(t, urlStrict, "Bearer a", body); !strings.HasPrefix(got, "cold") {
 		t.Errorf("authenticated request: %q, want routed (cold)", got)
 	}
+	// Each request once the one before is settled: one still in flight
+	// would be prefill queued at its backend, and the cold choice would
+	// weigh it (reason prefill).
+	settled(t, admin)
 	_, first := postAs(t, urlOpen, "", body)
+	settled(t, admin)
 	_, second := postAs(t, urlOpen, "", body)
 	if !strings.HasPrefix(first, "cold") || !strings.HasPrefix(second, "match") {
 		t.Errorf("anonymous requests with allow_empty_tenant: %q then %q, want cold then match", first, second)
