@@ -38,7 +38,7 @@ func proxySite(port int, upstreams []*backend, proxyOptions, policyOptions strin
 
 // twoSites starts Caddy with two sites over the same upstreams, which
 // share one index, with policy options a and b, and returns their chat
-// completions URLs.
+// completions URLs and the admin API's base URL.
 func twoSites(t *testing.T, upstreams []*backend, proxyOptions, a, b string) (urlA, urlB, admin string) {
 	t.Helper()
 	portA, portB := freePort(t), freePort(t)
