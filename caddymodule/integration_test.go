@@ -84,13 +84,6 @@ func TestConversationAffinity(t *testing.T) {
 	port := freePort(t)
 	admin := startCaddyAdmin(t, proxySite(port, bs, "", ""))
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-	inFlight := func() int64 {
-		var n int64
-		for _, b := range inFlightBytes(t, admin) {
-			n += b
-		}
-		return n
-	}
 
 	used := map[string]bool{}
 	for c := range 12 {
@@ -100,7 +93,7 @@ func TestConversationAffinity(t *testing.T) {
 		for turn := range 5 {
 			turns = append(turns, words(fmt.Sprintf("conv%d-user%d", c, turn), 60))
 			got, _ := post(t, http.DefaultClient, url, chat(system, turns...))
-			waitFor(t, inFlight, 0, fmt.Sprintf("conversation %d turn %d settled", c, turn))
+			settled(t, admin)
 			if turn == 0 {
 				home = got
 			} else if got != home {
