@@ -733,7 +733,12 @@ func TestClientDisconnectAborts(t *testing.T) {
 	te.waitLocked(t, "the handler's abort", func() bool {
 		return len(te.sched.running) == 1 && te.sched.running[0].aborted
 	})
-	te.gate <- struct{}{} // the loop drops aborted requests at step boundaries
+	// The loop drops an aborted request at a step boundary: the end of the
+	// step under way when the client left, or the next one's start. Run
+	// steps until it has, not a fixed number of them.
+	stepped := make(chan struct{})
+	defer close(stepped)
+	go te.stepUntil(stepped)
 	s := te.waitFor(t, "abort", func(s Stats) bool { return s.Aborted == 1 })
 	if s.Running != 0 || s.KVBlocksUsed != 0 {
 		t.Errorf("after abort: %+v, want nothing running or pinned", s)
